@@ -1,0 +1,55 @@
+//! statelm-governor: the memory governor.
+//!
+//! This crate turns the operating system's real memory signals into one
+//! [`PressureLevel`], keeps a byte-level [`MemoryBudget`], describes the device
+//! it runs on ([`DeviceProfile`]) and decides, as a pure function
+//! ([`Policy::decide`]), what the engine must do about pressure: trim, spill,
+//! lower budgets or evict — each [`Action`] carrying a human reason, so nothing
+//! is ever dropped silently.
+//!
+//! Sources of memory information, each a [`MemorySource`]:
+//! - [`CgroupV2Source`] — `memory.max/high/current/stat/events` plus PSI triggers
+//!   on `memory.pressure` (event-driven, `POLLPRI`).
+//! - [`CgroupV1Source`] — `memory.limit_in_bytes/usage_in_bytes/stat/oom_control`
+//!   plus `memory.pressure_level` notifications through eventfds.
+//! - [`ProcSource`] — `/proc/meminfo` and `/proc/self/status`, optionally with a
+//!   system-wide PSI trigger on `/proc/pressure/memory`.
+//! - [`HostSource`] — levels injected by the app host through a [`HostSignal`]
+//!   (iOS `didReceiveMemoryWarning`, Android `onTrimMemory`, SIGUSR1/SIGUSR2).
+//!
+//! [`detect`] picks what this machine has and [`Monitor`] runs them in the
+//! background, publishing level changes.
+#![forbid(unsafe_code)]
+
+mod budget;
+mod cgroup_v1;
+mod cgroup_v2;
+mod detect;
+mod device;
+mod devices;
+mod error;
+mod host;
+mod level;
+mod monitor;
+mod policy;
+mod proc_source;
+mod psi;
+mod util;
+
+pub use budget::{BudgetBreakdown, Category, MemoryBudget, Reservation};
+pub use cgroup_v1::CgroupV1Source;
+pub use cgroup_v2::{CgroupV2Events, CgroupV2Source};
+pub use detect::{
+    cgroup_dirs, describe_sources, detect, parse_mountinfo, parse_proc_cgroup, CgroupDirs,
+    CgroupMembership, MountInfo,
+};
+pub use device::{parse_bytes, DeviceProfile, DEVICE_ENV, DEVICE_MEMORY_ENV};
+pub use devices::{device, devices, DeviceSpec, Platform};
+pub use error::{BudgetError, GovernorError, ParseBytesError};
+pub use host::{install_sigusr1, HostSignal, HostSource, SignalForwarder};
+pub use level::{MemoryReading, MemorySource, PressureLevel, Thresholds};
+pub use monitor::{Monitor, MonitorConfig, MonitorEvent};
+pub use policy::{decide, Action, Policy, PolicyInput, SessionInfo};
+pub use proc_source::ProcSource;
+pub use psi::{PsiKind, PsiTrigger, PsiTriggerSpec};
+pub use util::format_bytes;
