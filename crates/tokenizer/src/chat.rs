@@ -1,0 +1,164 @@
+//! Chat templates: the GGUF's `tokenizer.chat_template` (Jinja, rendered with
+//! minijinja plus Python-style string methods), or a built-in template chosen
+//! by architecture when the file has none.
+
+use minijinja::{context, Environment, Error, ErrorKind, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::error::TokenizerError;
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` (or `tool`...).
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role and content.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Where the chat template in use comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// `tokenizer.chat_template` from the model file.
+    Gguf,
+    /// A built-in template (`"gemma"`, `"chatml"` or `"llama3"`), used because
+    /// the model file has none.
+    BuiltIn(&'static str),
+}
+
+/// Gemma: no system role; system text is merged into the first user turn
+/// (as llama.cpp's built-in Gemma template does); BOS is not rendered.
+const GEMMA: &str = r#"
+{%- set ns = namespace(sys='') -%}
+{%- for m in messages -%}
+  {%- if m.role == 'system' -%}
+    {%- set ns.sys = ns.sys + (m.content | trim) -%}
+  {%- else -%}
+    {%- set role = 'model' if m.role == 'assistant' else m.role -%}
+    {{- '<start_of_turn>' + role + '\n' -}}
+    {%- if ns.sys and role != 'model' -%}
+      {{- ns.sys + '\n\n' -}}
+      {%- set ns.sys = '' -%}
+    {%- endif -%}
+    {{- (m.content | trim) + '<end_of_turn>\n' -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model\n' -}}{%- endif -%}
+"#;
+
+/// ChatML (Qwen and the generic fallback).
+const CHATML: &str = r#"
+{%- for m in messages -%}
+  {{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"#;
+
+/// Llama 3 headers (BOS is not rendered; tokenization adds it).
+const LLAMA3: &str = r#"
+{%- for m in messages -%}
+  {{- '<|start_header_id|>' + m.role + '<|end_header_id|>\n\n' + (m.content | trim) + '<|eot_id|>' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}
+"#;
+
+/// The built-in template for an architecture: `(name, source)`.
+pub(crate) fn builtin_for(arch: &str) -> (&'static str, &'static str) {
+    if arch.starts_with("gemma") {
+        ("gemma", GEMMA)
+    } else if arch == "llama" {
+        ("llama3", LLAMA3)
+    } else {
+        ("chatml", CHATML)
+    }
+}
+
+const NAME: &str = "chat";
+
+/// A compiled chat template with its context values.
+#[derive(Debug)]
+pub(crate) struct ChatTemplate {
+    source: TemplateSource,
+    /// The environment holding the template, or the compile error.
+    env: Result<Environment<'static>, String>,
+    bos_token: String,
+    eos_token: String,
+}
+
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+impl ChatTemplate {
+    /// Compiles the GGUF template, or the architecture's built-in one.
+    pub fn new(gguf: Option<&str>, arch: &str, bos_token: String, eos_token: String) -> Self {
+        let (source, text) = match gguf {
+            Some(t) => (TemplateSource::Gguf, t.to_string()),
+            None => {
+                let (name, t) = builtin_for(arch);
+                (TemplateSource::BuiltIn(name), t.to_string())
+            }
+        };
+        let mut env = Environment::new();
+        // Hugging Face renders chat templates with these two settings.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        minijinja_contrib::add_to_environment(&mut env);
+        env.add_function("raise_exception", raise_exception);
+        let env = match env.add_template_owned(NAME, text) {
+            Ok(()) => Ok(env),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        ChatTemplate {
+            source,
+            env,
+            bos_token,
+            eos_token,
+        }
+    }
+
+    pub fn source(&self) -> TemplateSource {
+        self.source
+    }
+
+    fn error(&self, message: String) -> TokenizerError {
+        let source_name = match self.source {
+            TemplateSource::Gguf => "gguf".to_string(),
+            TemplateSource::BuiltIn(n) => format!("built-in {n}"),
+        };
+        TokenizerError::ChatTemplate {
+            source_name,
+            message,
+        }
+    }
+
+    /// Renders `messages` (tools are left undefined).
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let env = self.env.as_ref().map_err(|e| self.error(e.clone()))?;
+        let tmpl = env
+            .get_template(NAME)
+            .map_err(|e| self.error(format!("{e:#}")))?;
+        tmpl.render(context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+        .map_err(|e| self.error(format!("{e:#}")))
+    }
+}
