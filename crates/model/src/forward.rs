@@ -1,0 +1,308 @@
+//! The decoder: one forward pass over a batch of new tokens, read top to bottom.
+//!
+//! Shapes: `n` tokens in the batch, `E = n_embd`, `H` query heads and `Hkv` key/value heads of
+//! dimension `D`, FFN width `F`. Activations are row-major `[n, width]`.
+
+use crate::attention::{attend, AttentionShape};
+use crate::config::{FfnActivation, ModelConfig};
+use crate::ops;
+use crate::scratch::{fit, Scratch};
+use crate::state::State;
+use crate::weights::{LayerWeights, TensorRef, Weights};
+use crate::ModelError;
+use statelm_gguf::GgufFile;
+use statelm_quant::ThreadPool;
+
+/// Receives named intermediates of a forward pass, to bisect a mismatch layer by layer.
+pub trait Trace {
+    /// Called with `[n, width]` rows of the intermediate `name` (`layer` is `None` outside blocks).
+    fn record(&mut self, layer: Option<usize>, name: &str, n_tokens: usize, data: &[f32]);
+}
+
+/// Everything one batch needs that is not the state.
+pub(crate) struct BatchCtx<'a> {
+    pub file: &'a GgufFile,
+    pub config: &'a ModelConfig,
+    pub weights: &'a Weights,
+    pub pool: &'a ThreadPool,
+}
+
+/// Runs `tokens` (positions `state.n_cached..`) through the decoder, appending their keys and
+/// values to the cache. Returns the logits of the batch rows `logit_rows` (ascending indices).
+pub(crate) fn forward_batch(
+    ctx: &BatchCtx<'_>,
+    state: &mut State,
+    tokens: &[u32],
+    logit_rows: &[usize],
+    logits: &mut Vec<f32>,
+    trace: &mut Option<&mut dyn Trace>,
+) -> Result<(), ModelError> {
+    let c = ctx.config;
+    let n = tokens.len();
+    let p0 = state.n_cached;
+    embed(ctx, tokens, fit(&mut state.scratch.x, n * c.n_embd))?;
+    record(trace, None, "embd", n, &state.scratch.x[..n * c.n_embd]);
+    for (il, lw) in ctx.weights.layers.iter().enumerate() {
+        attention_block(ctx, state, il, lw, p0, n, trace)?;
+        ffn_block(ctx, &mut state.scratch, il, lw, n, trace)?;
+    }
+    output(ctx, &mut state.scratch, n, logit_rows, logits)?;
+    state.n_cached += n;
+    Ok(())
+}
+
+fn record(trace: &mut Option<&mut dyn Trace>, il: Option<usize>, name: &str, n: usize, d: &[f32]) {
+    if let Some(t) = trace.as_deref_mut() {
+        t.record(il, name, n, d);
+    }
+}
+
+/// `x[t] = embedding row of tokens[t]` (× `sqrt(E)` for Gemma).
+fn embed(ctx: &BatchCtx<'_>, tokens: &[u32], x: &mut [f32]) -> Result<(), ModelError> {
+    let c = ctx.config;
+    let table = ctx.weights.token_embd.matrix(ctx.file);
+    for (&tok, row) in tokens.iter().zip(x.chunks_exact_mut(c.n_embd)) {
+        table.dequantize_row(tok as usize, row)?;
+        if let Some(s) = c.embed_scale {
+            row.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+    Ok(())
+}
+
+/// `y[n, rows] = x[n, cols] · wᵀ`.
+fn project(
+    ctx: &BatchCtx<'_>,
+    sc: &mut crate::scratch::ActsCache,
+    w: &TensorRef,
+    x: &[f32],
+    n: usize,
+    y: &mut Vec<f32>,
+) -> Result<(), ModelError> {
+    let y = fit(y, n * w.rows);
+    sc.project(ctx.pool, &w.matrix(ctx.file), x, n, y)?;
+    Ok(())
+}
+
+fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, bv)| *v += bv);
+        }
+    }
+}
+
+/// `x += post_norm(Wo · attention(rope(norm(Wq·h)), rope(norm(Wk·h)), Wv·h))`, `h = norm(x)`.
+fn attention_block(
+    ctx: &BatchCtx<'_>,
+    state: &mut State,
+    il: usize,
+    lw: &LayerWeights,
+    p0: usize,
+    n: usize,
+    trace: &mut Option<&mut dyn Trace>,
+) -> Result<(), ModelError> {
+    let c = ctx.config;
+    let e = c.n_embd;
+    let sc = &mut state.scratch;
+    // h = rms_norm(x) * attn_norm                                     [n, E]
+    let xb = fit(&mut sc.xb, n * e);
+    for (o, x) in xb.chunks_exact_mut(e).zip(sc.x.chunks_exact(e)) {
+        ops::rms_norm(o, x, &lw.attn_norm, c.norm_eps);
+    }
+    record(trace, Some(il), "attn_norm", n, &sc.xb[..n * e]);
+    // q = h·Wqᵀ [n, H·D], k = h·Wkᵀ [n, Hkv·D], v = h·Wvᵀ [n, Hkv·D]
+    sc.acts.invalidate();
+    project(ctx, &mut sc.acts, &lw.wq, &sc.xb[..n * e], n, &mut sc.q)?;
+    project(ctx, &mut sc.acts, &lw.wk, &sc.xb[..n * e], n, &mut sc.k)?;
+    project(ctx, &mut sc.acts, &lw.wv, &sc.xb[..n * e], n, &mut sc.v)?;
+    let (q, k, v) = (
+        &mut sc.q[..n * c.q_dim()],
+        &mut sc.k[..n * c.k_dim()],
+        &mut sc.v[..n * c.v_dim()],
+    );
+    add_bias(q, lw.bq.as_ref());
+    add_bias(k, lw.bk.as_ref());
+    add_bias(v, lw.bv.as_ref());
+    // Per-head RMS norms (Gemma 3), then rotary embeddings at positions p0..p0+n.
+    if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+        q.chunks_exact_mut(c.head_dim)
+            .for_each(|h| ops::rms_norm_in_place(h, qn, c.norm_eps));
+        k.chunks_exact_mut(c.head_dim)
+            .for_each(|h| ops::rms_norm_in_place(h, kn, c.norm_eps));
+    }
+    let angles = &mut sc.rope[usize::from(c.is_swa_layer(il))];
+    for t in 0..n {
+        angles.compute(
+            (p0 + t) as f32,
+            c.head_dim,
+            c.rope_base_of(il),
+            c.rope_scale_of(il),
+        );
+        let (qt, kt) = (
+            &mut q[t * c.q_dim()..(t + 1) * c.q_dim()],
+            &mut k[t * c.k_dim()..(t + 1) * c.k_dim()],
+        );
+        qt.chunks_exact_mut(c.head_dim)
+            .for_each(|h| angles.apply(h, c.rope_style));
+        kt.chunks_exact_mut(c.head_dim)
+            .for_each(|h| angles.apply(h, c.rope_style));
+    }
+    record(trace, Some(il), "q", n, q);
+    record(trace, Some(il), "k", n, k);
+    record(trace, Some(il), "v", n, v);
+    // Append k, v to the cache, then attend over every visible cell.
+    let cache = &mut state.layers[il];
+    for t in 0..n {
+        cache.push(
+            (p0 + t) as u32,
+            &k[t * c.k_dim()..(t + 1) * c.k_dim()],
+            &v[t * c.v_dim()..(t + 1) * c.v_dim()],
+        );
+    }
+    let shape = AttentionShape {
+        n_head: c.n_head,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+        v_head_dim: c.v_head_dim,
+        scale: c.attn_scale,
+        window: if c.is_swa_layer(il) {
+            c.sliding_window
+        } else {
+            None
+        },
+    };
+    let att = fit(&mut sc.att, n * c.n_head * c.v_head_dim);
+    attend(
+        ctx.pool,
+        &shape,
+        cache,
+        &sc.q[..n * c.q_dim()],
+        p0,
+        att,
+        &mut sc.kf,
+        &mut sc.vf,
+    );
+    record(
+        trace,
+        Some(il),
+        "kqv_out",
+        n,
+        &sc.att[..n * c.n_head * c.v_head_dim],
+    );
+    // o = att·Woᵀ [n, E]; Gemma normalizes it again before the residual add.
+    sc.acts.invalidate();
+    project(
+        ctx,
+        &mut sc.acts,
+        &lw.wo,
+        &sc.att[..n * c.n_head * c.v_head_dim],
+        n,
+        &mut sc.xb2,
+    )?;
+    let o = &mut sc.xb2[..n * e];
+    if let Some(w) = &lw.post_attn_norm {
+        o.chunks_exact_mut(e)
+            .for_each(|r| ops::rms_norm_in_place(r, w, c.norm_eps));
+    }
+    sc.x[..n * e]
+        .iter_mut()
+        .zip(o.iter())
+        .for_each(|(x, d)| *x += d);
+    record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
+    Ok(())
+}
+
+/// `x += post_norm(W_down · (act(W_gate·h) ⊙ W_up·h))`, `h = norm(x)`.
+fn ffn_block(
+    ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
+    il: usize,
+    lw: &LayerWeights,
+    n: usize,
+    trace: &mut Option<&mut dyn Trace>,
+) -> Result<(), ModelError> {
+    let c = ctx.config;
+    let e = c.n_embd;
+    let xb = fit(&mut sc.xb, n * e);
+    for (o, x) in xb.chunks_exact_mut(e).zip(sc.x.chunks_exact(e)) {
+        ops::rms_norm(o, x, &lw.ffn_norm, c.norm_eps);
+    }
+    record(trace, Some(il), "ffn_norm", n, &sc.xb[..n * e]);
+    // gate, up: [n, F]
+    sc.acts.invalidate();
+    project(
+        ctx,
+        &mut sc.acts,
+        &lw.w_gate,
+        &sc.xb[..n * e],
+        n,
+        &mut sc.hb,
+    )?;
+    project(ctx, &mut sc.acts, &lw.w_up, &sc.xb[..n * e], n, &mut sc.hb2)?;
+    let act = match c.ffn_activation {
+        FfnActivation::Silu => ops::silu,
+        FfnActivation::GeluTanh => ops::gelu_tanh_f16,
+    };
+    let (hb, hb2) = (&mut sc.hb[..n * c.n_ff], &sc.hb2[..n * c.n_ff]);
+    hb.iter_mut().zip(hb2).for_each(|(g, u)| *g = act(*g) * u);
+    // down: [n, E]
+    sc.acts.invalidate();
+    project(
+        ctx,
+        &mut sc.acts,
+        &lw.w_down,
+        &sc.hb[..n * c.n_ff],
+        n,
+        &mut sc.xb2,
+    )?;
+    let o = &mut sc.xb2[..n * e];
+    if let Some(w) = &lw.post_ffn_norm {
+        o.chunks_exact_mut(e)
+            .for_each(|r| ops::rms_norm_in_place(r, w, c.norm_eps));
+    }
+    sc.x[..n * e]
+        .iter_mut()
+        .zip(o.iter())
+        .for_each(|(x, d)| *x += d);
+    record(trace, Some(il), "l_out", n, &sc.x[..n * e]);
+    Ok(())
+}
+
+/// Logits of the requested rows: `norm(x[t]) · W_outᵀ`, soft-capped if the model says so.
+fn output(
+    ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
+    n: usize,
+    rows: &[usize],
+    logits: &mut Vec<f32>,
+) -> Result<(), ModelError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let c = ctx.config;
+    let e = c.n_embd;
+    let m = rows.len();
+    debug_assert!(rows.iter().all(|&r| r < n));
+    let xb = fit(&mut sc.xb, m * e);
+    for (o, &r) in xb.chunks_exact_mut(e).zip(rows) {
+        ops::rms_norm(
+            o,
+            &sc.x[r * e..(r + 1) * e],
+            &ctx.weights.output_norm,
+            c.norm_eps,
+        );
+    }
+    let start = logits.len();
+    logits.resize(start + m * c.n_vocab, 0.0);
+    sc.acts.invalidate();
+    let w = ctx.weights.output.matrix(ctx.file);
+    sc.acts
+        .project(ctx.pool, &w, &sc.xb[..m * e], m, &mut logits[start..])?;
+    if let Some(cap) = c.final_logit_softcap {
+        logits[start..]
+            .iter_mut()
+            .for_each(|v| *v = cap * (*v / cap).tanh());
+    }
+    Ok(())
+}

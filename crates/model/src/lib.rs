@@ -1,0 +1,112 @@
+//! The model and its state, kept apart.
+//!
+//! A [`Model`] is immutable: weights stay in the memory-mapped GGUF file, and one
+//! `Arc<Model>` serves every conversation. A [`State`] holds everything that changes — the KV
+//! cache, the position, the token history — and persists across [`Model::forward`] calls: the
+//! prompt is prefilled once, then each new token costs one decode step.
+//!
+//! ```no_run
+//! # use statelm_model::{Model, LoadOptions};
+//! let model = Model::load("gemma-3-270m-q4_k_m.gguf", &LoadOptions::default())?;
+//! let mut state = model.new_state(2048);
+//! let prompt = model.tokenizer().encode("The capital of France is", true, false)?;
+//! let logits = model.forward(&mut state, &prompt)?;          // prefill
+//! let next = statelm_model::argmax(logits.last());
+//! let logits = model.forward(&mut state, &[next])?;          // decode one token
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+mod attention;
+pub mod config;
+mod forward;
+pub mod kv;
+mod model;
+pub mod ops;
+pub mod rope;
+mod scratch;
+mod snapshot;
+mod state;
+pub mod testing;
+mod weights;
+
+pub use config::{Arch, ModelConfig};
+pub use forward::Trace;
+pub use kv::KvType;
+pub use model::{default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model};
+pub use snapshot::SnapshotError;
+pub use state::{RetainMethod, RetainOutcome, State, StateOptions};
+pub use weights::Weights;
+
+/// Everything that can go wrong loading or running a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The GGUF file could not be read.
+    #[error(transparent)]
+    Gguf(#[from] statelm_gguf::GgufError),
+    /// A tensor could not be decoded or multiplied.
+    #[error(transparent)]
+    Quant(#[from] statelm_quant::QuantError),
+    /// The tokenizer metadata is unusable.
+    #[error(transparent)]
+    Tokenizer(#[from] statelm_tokenizer::TokenizerError),
+    /// Reading or writing a file failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A snapshot could not be read.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// `general.architecture` names an architecture statelm does not run.
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
+    UnsupportedArchitecture(String),
+    /// A tensor the architecture needs is absent.
+    #[error("missing tensor {0:?}")]
+    MissingTensor(String),
+    /// A tensor has the wrong shape or type.
+    #[error("tensor {name:?}: {reason}")]
+    BadTensor {
+        /// Tensor name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Hyperparameters that contradict each other.
+    #[error("bad model configuration: {0}")]
+    BadConfig(String),
+    /// The state cannot hold the new tokens; nothing was dropped.
+    #[error("context full: {len} tokens in the state + {adding} new > capacity {capacity}")]
+    ContextFull {
+        /// Tokens already in the state.
+        len: usize,
+        /// Tokens being added.
+        adding: usize,
+        /// The state's capacity.
+        capacity: usize,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {token} is outside the vocabulary ({n_vocab} tokens)")]
+    InvalidToken {
+        /// The offending id.
+        token: u32,
+        /// Vocabulary size.
+        n_vocab: usize,
+    },
+    /// The state was made by another model.
+    #[error("this state belongs to a different model")]
+    StateMismatch,
+    /// The call was cancelled; the state holds the tokens processed before.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Index of the largest value (ties: the lowest index), or 0 for an empty slice.
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

@@ -1,0 +1,114 @@
+//! Buffers the forward pass writes into, owned by the [`crate::State`] so that decode does not
+//! allocate per token, and so that two states never share them.
+
+use crate::rope::RopeAngles;
+use statelm_gguf::GgmlType;
+use statelm_quant::{QMatrix, QuantizedActs, ThreadPool};
+use std::fmt;
+
+/// Per-state scratch space, sized for the largest batch seen so far.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// Residual stream `[n, n_embd]`.
+    pub x: Vec<f32>,
+    /// Normed input of a sub-block `[n, n_embd]`.
+    pub xb: Vec<f32>,
+    /// Output of a sub-block `[n, n_embd]`.
+    pub xb2: Vec<f32>,
+    /// Queries `[n, q_dim]`.
+    pub q: Vec<f32>,
+    /// Keys `[n, k_dim]`.
+    pub k: Vec<f32>,
+    /// Values `[n, v_dim]`.
+    pub v: Vec<f32>,
+    /// Attention output `[n, n_head * v_head_dim]`.
+    pub att: Vec<f32>,
+    /// FFN gate `[n, n_ff]`.
+    pub hb: Vec<f32>,
+    /// FFN up `[n, n_ff]`.
+    pub hb2: Vec<f32>,
+    /// The cache's keys as f32 `[cells, k_dim]`.
+    pub kf: Vec<f32>,
+    /// The cache's values as f32 `[cells, v_dim]`.
+    pub vf: Vec<f32>,
+    /// Quantized copies of the current matmul input.
+    pub acts: ActsCache,
+    /// RoPE angles for global layers and for sliding-window layers.
+    pub rope: [RopeAngles; 2],
+}
+
+impl fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scratch")
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+/// Resizes `v` to `n` elements (allocation only grows).
+pub(crate) fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+impl Scratch {
+    /// Bytes allocated.
+    pub fn bytes(&self) -> usize {
+        let f = [
+            &self.x, &self.xb, &self.xb2, &self.q, &self.k, &self.v, &self.att, &self.hb,
+            &self.hb2, &self.kf, &self.vf,
+        ];
+        f.iter().map(|v| v.capacity() * 4).sum::<usize>() + self.acts.bytes()
+    }
+}
+
+/// The current matmul input quantized for each vec-dot type it was needed in, so that
+/// matrices sharing an input (q/k/v, gate/up) quantize it once.
+#[derive(Default)]
+pub(crate) struct ActsCache {
+    entries: Vec<(GgmlType, QuantizedActs, bool)>,
+}
+
+impl ActsCache {
+    /// Forgets the quantized copies: the input changed.
+    pub fn invalidate(&mut self) {
+        for e in &mut self.entries {
+            e.2 = false;
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.1.capacity()).sum()
+    }
+
+    /// `y[n, rows] = x[n, cols] · wᵀ`, quantizing `x` for `w`'s vec-dot type if not done yet.
+    pub fn project(
+        &mut self,
+        pool: &ThreadPool,
+        w: &QMatrix<'_>,
+        x: &[f32],
+        n: usize,
+        y: &mut [f32],
+    ) -> Result<(), statelm_quant::QuantError> {
+        let ty = statelm_quant::vec_dot_type(w.ty());
+        let idx = match self.entries.iter().position(|e| e.0 == ty) {
+            Some(i) => i,
+            None => {
+                self.entries.push((ty, QuantizedActs::new(), false));
+                self.entries.len() - 1
+            }
+        };
+        let entry = &mut self.entries[idx];
+        if !entry.2 {
+            entry.1.quantize(ty, x, n, w.cols())?;
+            entry.2 = true;
+        }
+        if n == 1 {
+            statelm_quant::matvec(pool, w, &entry.1, y)
+        } else {
+            statelm_quant::matmul(pool, w, &entry.1, y)
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! State snapshots: a versioned, checksummed binary image of a [`State`].
+//!
+//! Layout (little-endian): magic `STLMSNAP`, u32 version, the model fingerprint (32 bytes),
+//! u8 KV type, u64 capacity, u64 token count, the tokens (u32 each), u64 cached-token count,
+//! u32 layer count, then per layer u32 cells, u32 ring head, the cells' positions (u32 each),
+//! u64 key bytes + keys, u64 value bytes + values; finally a CRC-32 of everything before it.
+//! Files are written to a temporary sibling, synced, and renamed into place.
+
+use crate::kv::KvType;
+use crate::state::State;
+use crate::{Model, ModelError};
+use std::io::{Read, Write};
+use std::path::Path;
+
+const MAGIC: &[u8; 8] = b"STLMSNAP";
+const VERSION: u32 = 1;
+
+/// Why a snapshot could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// Not a statelm snapshot.
+    #[error("not a statelm snapshot (bad magic)")]
+    BadMagic,
+    /// A snapshot of another format version.
+    #[error("snapshot format version {0} is not supported (this build reads {VERSION})")]
+    UnsupportedVersion(u32),
+    /// The checksum does not match: the file is corrupt.
+    #[error("snapshot checksum mismatch: the file is corrupt")]
+    Checksum,
+    /// The file ends early.
+    #[error("snapshot truncated at byte {0}")]
+    Truncated(usize),
+    /// Taken with another model.
+    #[error("snapshot was taken with a different model")]
+    WrongModel,
+    /// Fields that contradict each other or the model.
+    #[error("invalid snapshot: {0}")]
+    Invalid(String),
+}
+
+impl State {
+    /// Serializes the state into `w`.
+    pub fn save(&self, w: &mut impl Write) -> Result<(), ModelError> {
+        let bytes = self.to_snapshot_bytes();
+        w.write_all(&bytes)?;
+        Ok(())
+    }
+
+    /// Writes a snapshot to `path` atomically (temporary file, fsync, rename).
+    pub fn save_to_file(&self, path: impl AsRef<Path>) -> Result<(), ModelError> {
+        let path = path.as_ref();
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+        let result = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&self.to_snapshot_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok::<(), std::io::Error>(())
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(ModelError::from)
+    }
+
+    /// Size in bytes of the snapshot this state would write.
+    pub fn snapshot_bytes(&self) -> usize {
+        self.to_snapshot_bytes().len()
+    }
+
+    fn to_snapshot_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(self.kv_bytes() + 4 * self.tokens.len() + 1024);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.fingerprint);
+        b.push(self.kv_type.id());
+        b.extend_from_slice(&(self.capacity as u64).to_le_bytes());
+        b.extend_from_slice(&(self.tokens.len() as u64).to_le_bytes());
+        self.tokens
+            .iter()
+            .for_each(|t| b.extend_from_slice(&t.to_le_bytes()));
+        b.extend_from_slice(&(self.n_cached as u64).to_le_bytes());
+        b.extend_from_slice(&(self.layers.len() as u32).to_le_bytes());
+        for l in &self.layers {
+            b.extend_from_slice(&(l.used() as u32).to_le_bytes());
+            b.extend_from_slice(&(l.head() as u32).to_le_bytes());
+            l.pos
+                .iter()
+                .for_each(|p| b.extend_from_slice(&p.to_le_bytes()));
+            let (k, v) = l.to_le_bytes();
+            b.extend_from_slice(&(k.len() as u64).to_le_bytes());
+            b.extend_from_slice(&k);
+            b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            b.extend_from_slice(&v);
+        }
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Reads a snapshot written by [`State::save`] for `model`.
+    pub fn load(r: &mut impl Read, model: &Model) -> Result<State, ModelError> {
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes)?;
+        State::from_snapshot_bytes(&bytes, model)
+    }
+
+    /// Reads a snapshot file written by [`State::save_to_file`].
+    pub fn load_from_file(path: impl AsRef<Path>, model: &Model) -> Result<State, ModelError> {
+        let bytes = std::fs::read(path)?;
+        State::from_snapshot_bytes(&bytes, model)
+    }
+
+    fn from_snapshot_bytes(bytes: &[u8], model: &Model) -> Result<State, ModelError> {
+        if bytes.len() < MAGIC.len() + 4 || &bytes[..8] != MAGIC {
+            return Err(SnapshotError::BadMagic.into());
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        if version != VERSION {
+            return Err(SnapshotError::UnsupportedVersion(version).into());
+        }
+        if crc32fast::hash(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+            return Err(SnapshotError::Checksum.into());
+        }
+        let mut c = Reader { b: body, at: 12 };
+        if c.take(32)? != model.fingerprint() {
+            return Err(SnapshotError::WrongModel.into());
+        }
+        let kv_type = KvType::from_id(c.take(1)?[0])
+            .ok_or_else(|| SnapshotError::Invalid("unknown KV type".into()))?;
+        let capacity = c.u64()? as usize;
+        let n_tokens = c.count(4)?;
+        let tokens: Vec<u32> = (0..n_tokens).map(|_| c.u32()).collect::<Result<_, _>>()?;
+        let n_cached = c.u64()? as usize;
+        if n_tokens > capacity || n_cached > n_tokens {
+            return Err(SnapshotError::Invalid("token counts exceed the capacity".into()).into());
+        }
+        let mut state = model.new_state_with(crate::StateOptions { capacity, kv_type })?;
+        if c.u32()? as usize != state.layers.len() {
+            return Err(SnapshotError::Invalid("layer count differs from the model".into()).into());
+        }
+        for layer in &mut state.layers {
+            let cells = c.u32()? as usize;
+            let head = c.u32()? as usize;
+            let (kr, vr) = layer.row_bytes();
+            if cells > layer.max_cells() || head >= layer.max_cells().max(1) {
+                return Err(
+                    SnapshotError::Invalid("layer holds more cells than it can".into()).into(),
+                );
+            }
+            let pos: Vec<u32> = (0..cells).map(|_| c.u32()).collect::<Result<_, _>>()?;
+            let k_len = c.u64()? as usize;
+            let k = c.take(k_len)?;
+            let v_len = c.u64()? as usize;
+            let v = c.take(v_len)?;
+            if k_len != cells * kr || v_len != cells * vr {
+                return Err(
+                    SnapshotError::Invalid("cache row sizes differ from the model".into()).into(),
+                );
+            }
+            layer.restore(pos, head, k, v);
+        }
+        if c.at != body.len() {
+            return Err(SnapshotError::Invalid("trailing bytes".into()).into());
+        }
+        state.tokens = tokens;
+        state.n_cached = n_cached;
+        Ok(state)
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or(SnapshotError::Truncated(self.at))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        let s = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    /// A count of items of `item_bytes` each, checked against the bytes left.
+    fn count(&mut self, item_bytes: usize) -> Result<usize, SnapshotError> {
+        let n = self.u64()?;
+        let left = (self.b.len() - self.at) as u64;
+        if n.saturating_mul(item_bytes as u64) > left {
+            return Err(SnapshotError::Truncated(self.at));
+        }
+        Ok(n as usize)
+    }
+}

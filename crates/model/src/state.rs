@@ -1,0 +1,336 @@
+//! `State`: everything that changes while a model runs — the KV cache, the position, the token
+//! history and the scratch buffers of the forward pass. The [`crate::Model`] is never mutated.
+
+use crate::config::ModelConfig;
+use crate::kv::{KvType, LayerCache};
+use crate::rope;
+use crate::scratch::Scratch;
+use crate::ModelError;
+use std::sync::Arc;
+
+/// Options for a new [`State`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateOptions {
+    /// Maximum number of tokens the state can hold.
+    pub capacity: usize,
+    /// Element type of the KV cache.
+    pub kv_type: KvType,
+}
+
+impl StateOptions {
+    /// `capacity` tokens with the default (f16) cache.
+    pub fn new(capacity: usize) -> StateOptions {
+        StateOptions {
+            capacity,
+            kv_type: KvType::default(),
+        }
+    }
+}
+
+/// How [`State::retain_with`] keeps the retained tokens' cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetainMethod {
+    /// Re-rotate the kept keys in place when the cache allows it (fast; deeper layers keep a
+    /// trace of the dropped context, as any context shift does), else re-prefill.
+    #[default]
+    Shift,
+    /// Always recompute the kept tokens (exactly a fresh prefill of them; costs a prefill).
+    Reprefill,
+}
+
+/// What [`State::retain`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetainOutcome {
+    /// Nothing to drop.
+    Unchanged,
+    /// The middle was dropped and the kept keys re-rotated in place (no recompute).
+    Shifted {
+        /// Tokens dropped.
+        dropped: usize,
+        /// Tokens kept.
+        kept: usize,
+    },
+    /// The cache type or a sliding window made an in-place shift invalid: the cache was cleared
+    /// and the kept tokens will be re-prefilled by the next forward call.
+    Reprefill {
+        /// Tokens dropped.
+        dropped: usize,
+        /// Tokens kept (to be recomputed).
+        kept: usize,
+    },
+}
+
+/// The mutable inference state of one conversation with one model.
+///
+/// Created by [`crate::Model::new_state`]; passed as `&mut State` to every forward call, so
+/// two calls can never corrupt it concurrently.
+#[derive(Debug)]
+pub struct State {
+    pub(crate) config: Arc<ModelConfig>,
+    pub(crate) fingerprint: [u8; 32],
+    pub(crate) kv_type: KvType,
+    pub(crate) capacity: usize,
+    pub(crate) layers: Vec<LayerCache>,
+    /// Every token in context, in order; position `i` is `tokens[i]`.
+    pub(crate) tokens: Vec<u32>,
+    /// How many of `tokens` have their keys and values in the cache (the rest are re-prefilled
+    /// by the next forward call).
+    pub(crate) n_cached: usize,
+    pub(crate) scratch: Scratch,
+}
+
+impl State {
+    pub(crate) fn new(
+        config: Arc<ModelConfig>,
+        fingerprint: [u8; 32],
+        opts: StateOptions,
+        ubatch: usize,
+    ) -> Result<State, ModelError> {
+        if opts.kv_type == KvType::Q8_0
+            && (config.head_dim % 32 != 0 || config.v_head_dim % 32 != 0)
+        {
+            return Err(ModelError::BadConfig(format!(
+                "a q8_0 KV cache needs head dimensions divisible by 32 (have {})",
+                config.head_dim
+            )));
+        }
+        let layers = (0..config.n_layer)
+            .map(|il| {
+                let cells = match config.sliding_window {
+                    Some(w) if config.is_swa_layer(il) => (w + ubatch).min(opts.capacity),
+                    _ => opts.capacity,
+                };
+                LayerCache::new(opts.kv_type, config.k_dim(), config.v_dim(), cells.max(1))
+            })
+            .collect();
+        Ok(State {
+            config,
+            fingerprint,
+            kv_type: opts.kv_type,
+            capacity: opts.capacity,
+            layers,
+            tokens: Vec::new(),
+            n_cached: 0,
+            scratch: Scratch::default(),
+        })
+    }
+
+    /// Tokens in context.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether no token is in context.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Maximum number of tokens.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The KV cache element type.
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
+    }
+
+    /// The tokens in context, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Tokens waiting to be re-prefilled after a [`RetainOutcome::Reprefill`].
+    pub fn pending_reprefill(&self) -> usize {
+        self.tokens.len() - self.n_cached
+    }
+
+    /// Exact bytes held by the KV cache.
+    pub fn kv_bytes(&self) -> usize {
+        self.layers.iter().map(LayerCache::bytes).sum()
+    }
+
+    /// Exact bytes this state holds: KV cache, token history and scratch buffers.
+    pub fn bytes(&self) -> usize {
+        self.kv_bytes() + self.tokens.capacity() * 4 + self.scratch.bytes()
+    }
+
+    /// Drops every token and frees the scratch buffers (the cache keeps its allocation until the
+    /// state is dropped or [`State::shrink`] is called).
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.n_cached = 0;
+        for l in &mut self.layers {
+            l.clear();
+        }
+    }
+
+    /// Frees every allocation not needed for the tokens in context.
+    pub fn shrink(&mut self) {
+        self.scratch = Scratch::default();
+        self.tokens.shrink_to_fit();
+        if self.tokens.is_empty() {
+            for l in &mut self.layers {
+                *l = LayerCache::new(
+                    self.kv_type,
+                    self.config.k_dim(),
+                    self.config.v_dim(),
+                    l.max_cells(),
+                );
+            }
+        }
+    }
+
+    /// Keeps the first `n` tokens.
+    pub fn truncate(&mut self, n: usize) -> RetainOutcome {
+        if n >= self.tokens.len() {
+            return RetainOutcome::Unchanged;
+        }
+        self.retain(n, 0)
+    }
+
+    /// Context shift: keeps the first `keep_prefix` and the last `keep_suffix` tokens, drops the
+    /// middle, and renumbers the kept suffix so positions stay contiguous. Keys are re-rotated in
+    /// place; when the cache type or a sliding window makes that invalid, the cache is cleared
+    /// and the kept tokens are re-prefilled by the next forward call. Either way the outcome says
+    /// which was done.
+    pub fn retain(&mut self, keep_prefix: usize, keep_suffix: usize) -> RetainOutcome {
+        self.retain_with(keep_prefix, keep_suffix, RetainMethod::Shift)
+    }
+
+    /// [`State::retain`] with an explicit method.
+    pub fn retain_with(
+        &mut self,
+        keep_prefix: usize,
+        keep_suffix: usize,
+        method: RetainMethod,
+    ) -> RetainOutcome {
+        let len = self.tokens.len();
+        if keep_prefix + keep_suffix >= len {
+            return RetainOutcome::Unchanged;
+        }
+        let p = keep_prefix as u32;
+        let suffix_start = (len - keep_suffix) as u32;
+        let delta = suffix_start - p;
+        let kept = keep_prefix + keep_suffix;
+        let dropped = len - kept;
+        self.tokens.drain(keep_prefix..len - keep_suffix);
+        let pending = self.n_cached < len;
+        if pending
+            || method == RetainMethod::Reprefill
+            || !self.kv_type.supports_shift()
+            || !self.window_survives(p, suffix_start, kept)
+        {
+            self.clear_cache_for_reprefill();
+            return RetainOutcome::Reprefill { dropped, kept };
+        }
+        let keep = |pos: u32| pos < p || pos >= suffix_start;
+        let renumber = |pos: u32| if pos < p { pos } else { pos - delta };
+        for il in 0..self.layers.len() {
+            let moved = self.layers[il].retain_positions(keep, renumber);
+            self.rerotate_keys(il, &moved);
+        }
+        self.n_cached = kept;
+        RetainOutcome::Shifted { dropped, kept }
+    }
+
+    /// Whether every sliding-window layer still holds all kept keys that the next query (at
+    /// position `kept`) can see.
+    fn window_survives(&self, p: u32, suffix_start: u32, kept: usize) -> bool {
+        let Some(window) = self.config.sliding_window else {
+            return true;
+        };
+        let Some(il) = (0..self.layers.len()).find(|&il| self.config.is_swa_layer(il)) else {
+            return true;
+        };
+        let delta = suffix_start - p;
+        let first_visible = (kept + 1).saturating_sub(window) as u32;
+        let present: std::collections::HashSet<u32> = self.layers[il]
+            .pos
+            .iter()
+            .filter(|&&pos| pos < p || pos >= suffix_start)
+            .map(|&pos| if pos < p { pos } else { pos - delta })
+            .collect();
+        (first_visible..kept as u32).all(|pos| present.contains(&pos))
+    }
+
+    fn clear_cache_for_reprefill(&mut self) {
+        for l in &mut self.layers {
+            l.clear();
+        }
+        self.n_cached = 0;
+    }
+
+    /// Rotates the keys of the moved cells of layer `il` from their old to their new positions.
+    fn rerotate_keys(&mut self, il: usize, moved: &[(u32, u32)]) {
+        let c = &self.config;
+        let (base, scale) = (c.rope_base_of(il), c.rope_scale_of(il));
+        let mut row = vec![0.0f32; c.k_dim()];
+        let layer = &mut self.layers[il];
+        for (cell, &(old, new)) in moved.iter().enumerate() {
+            if old == new {
+                continue;
+            }
+            layer.read_k(cell, 0, &mut row);
+            let delta = new as f32 - old as f32;
+            for head in row.chunks_exact_mut(c.head_dim) {
+                rope::rotate(head, delta, base, scale, c.rope_style);
+            }
+            layer.rewrite_k(cell, &row);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{write_synthetic_model, SyntheticSpec};
+    use crate::{Arch, KvType, LoadOptions, Model, StateOptions};
+
+    #[test]
+    fn shifted_first_layer_keys_equal_fresh_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        write_synthetic_model(&path, &SyntheticSpec::tiny(Arch::Qwen2)).unwrap();
+        let model = Model::load(
+            &path,
+            &LoadOptions {
+                threads: 1,
+                ubatch: 4,
+            },
+        )
+        .unwrap();
+        let toks: Vec<u32> = (0..12).map(|i| 3 + i * 7).collect();
+        let opts = StateOptions {
+            capacity: 32,
+            kv_type: KvType::F32,
+        };
+        let mut s = model.new_state_with(opts).unwrap();
+        model.forward(&mut s, &toks).unwrap();
+        s.retain(2, 3);
+        let kept: Vec<u32> = toks[..2].iter().chain(&toks[9..]).copied().collect();
+        let mut f = model.new_state_with(opts).unwrap();
+        model.forward(&mut f, &kept).unwrap();
+        // Layer 0's keys depend only on the token and its position, so re-rotation must give
+        // exactly a fresh prefill's keys. (Deeper layers saw the dropped tokens: a shift is an
+        // approximation there, by nature.)
+        let kd = model.config().k_dim();
+        for il in 0..1 {
+            for cell in 0..5 {
+                let (mut a, mut b) = (vec![0.0; kd], vec![0.0; kd]);
+                s.layers[il].read_k(cell, 0, &mut a);
+                f.layers[il].read_k(cell, 0, &mut b);
+                let d = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(
+                    d < 1e-3,
+                    "layer {il} cell {cell} pos {} vs {}: {d}",
+                    s.layers[il].pos[cell],
+                    f.layers[il].pos[cell]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Weight lookup: every tensor the decoder uses, found by name and shape-checked at load.
+//!
+//! Quantized matrices stay in the memory map; [`TensorRef`] records where. Small f32 vectors
+//! (norms, biases) are copied out, since they are tiny and read on every token.
+
+use crate::config::ModelConfig;
+use crate::ModelError;
+use statelm_gguf::{GgmlType, GgufFile, TensorInfo};
+use statelm_quant::QMatrix;
+
+/// Where a weight matrix lives in the file: `rows` rows of `cols` elements of type `ty`.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorRef {
+    /// Element type.
+    pub ty: GgmlType,
+    /// Number of rows (output features).
+    pub rows: usize,
+    /// Row length (input features).
+    pub cols: usize,
+    offset: usize,
+    len: usize,
+}
+
+impl TensorRef {
+    /// The matrix over the file's bytes.
+    pub fn matrix<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
+        let data = &file.bytes()[self.offset..self.offset + self.len];
+        // Shapes and lengths were checked when the reference was made.
+        QMatrix::new(self.ty, self.rows, self.cols, data).expect("checked at load")
+    }
+
+    /// Bytes of the matrix.
+    pub fn n_bytes(&self) -> usize {
+        self.len
+    }
+}
+
+/// The weights of one decoder block.
+#[derive(Debug)]
+pub struct LayerWeights {
+    /// RMS norm before attention.
+    pub attn_norm: Vec<f32>,
+    /// Query projection `[q_dim, n_embd]`.
+    pub wq: TensorRef,
+    /// Key projection `[k_dim, n_embd]`.
+    pub wk: TensorRef,
+    /// Value projection `[v_dim, n_embd]`.
+    pub wv: TensorRef,
+    /// Query/key/value biases (Qwen2).
+    pub bq: Option<Vec<f32>>,
+    /// Key bias.
+    pub bk: Option<Vec<f32>>,
+    /// Value bias.
+    pub bv: Option<Vec<f32>>,
+    /// Per-head query norm `[head_dim]` (Gemma 3).
+    pub q_norm: Option<Vec<f32>>,
+    /// Per-head key norm `[head_dim]` (Gemma 3).
+    pub k_norm: Option<Vec<f32>>,
+    /// Attention output projection `[n_embd, q_dim]`.
+    pub wo: TensorRef,
+    /// Norm after attention, before the residual add (Gemma 3).
+    pub post_attn_norm: Option<Vec<f32>>,
+    /// RMS norm before the FFN.
+    pub ffn_norm: Vec<f32>,
+    /// FFN gate `[n_ff, n_embd]`.
+    pub w_gate: TensorRef,
+    /// FFN up `[n_ff, n_embd]`.
+    pub w_up: TensorRef,
+    /// FFN down `[n_embd, n_ff]`.
+    pub w_down: TensorRef,
+    /// Norm after the FFN, before the residual add (Gemma 3).
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// All weights of a model.
+#[derive(Debug)]
+pub struct Weights {
+    /// Token embedding `[n_vocab, n_embd]`.
+    pub token_embd: TensorRef,
+    /// Decoder blocks.
+    pub layers: Vec<LayerWeights>,
+    /// Final norm.
+    pub output_norm: Vec<f32>,
+    /// Output projection `[n_vocab, n_embd]`; the embedding when tied.
+    pub output: TensorRef,
+    /// Whether the output projection is the token embedding.
+    pub tied_output: bool,
+}
+
+struct Loader<'a> {
+    file: &'a GgufFile,
+}
+
+impl Loader<'_> {
+    fn info(&self, name: &str) -> Result<&TensorInfo, ModelError> {
+        self.file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<TensorRef, ModelError> {
+        let t = self.info(name)?;
+        let want = [cols as u64, rows as u64];
+        if t.dims.as_slice() != want {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                reason: format!("shape {:?}, expected {:?}", t.dims, want),
+            });
+        }
+        if !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+            && !statelm_quant::Kernels::global().supports(t.ty)
+        {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                reason: format!("type {} has no matrix kernel", t.ty),
+            });
+        }
+        let r = TensorRef {
+            ty: t.ty,
+            rows,
+            cols,
+            offset: t.offset as usize,
+            len: t.n_bytes as usize,
+        };
+        // Validate once here so `TensorRef::matrix` cannot fail later.
+        QMatrix::new(r.ty, rows, cols, self.file.tensor_data(t)).map_err(|e| {
+            ModelError::BadTensor {
+                name: name.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(r)
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let t = self.info(name)?;
+        if t.n_elements() != len as u64 || t.dims.len() != 1 {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                reason: format!("shape {:?}, expected [{len}]", t.dims),
+            });
+        }
+        let mut out = vec![0.0; len];
+        statelm_quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out).map_err(|e| {
+            ModelError::BadTensor {
+                name: name.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(out)
+    }
+
+    fn opt_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        if self.file.tensor(name).is_none() {
+            return Ok(None);
+        }
+        self.vector(name, len).map(Some)
+    }
+
+    fn required_if(
+        &self,
+        cond: bool,
+        name: &str,
+        len: usize,
+    ) -> Result<Option<Vec<f32>>, ModelError> {
+        if cond {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn layer(&self, c: &ModelConfig, il: usize) -> Result<LayerWeights, ModelError> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(LayerWeights {
+            attn_norm: self.vector(&n("attn_norm.weight"), c.n_embd)?,
+            wq: self.matrix(&n("attn_q.weight"), c.q_dim(), c.n_embd)?,
+            wk: self.matrix(&n("attn_k.weight"), c.k_dim(), c.n_embd)?,
+            wv: self.matrix(&n("attn_v.weight"), c.v_dim(), c.n_embd)?,
+            bq: self.opt_vector(&n("attn_q.bias"), c.q_dim())?,
+            bk: self.opt_vector(&n("attn_k.bias"), c.k_dim())?,
+            bv: self.opt_vector(&n("attn_v.bias"), c.v_dim())?,
+            q_norm: self.required_if(c.qk_norm, &n("attn_q_norm.weight"), c.head_dim)?,
+            k_norm: self.required_if(c.qk_norm, &n("attn_k_norm.weight"), c.head_dim)?,
+            wo: self.matrix(&n("attn_output.weight"), c.n_embd, c.n_head * c.v_head_dim)?,
+            post_attn_norm: self.required_if(
+                c.post_norms,
+                &n("post_attention_norm.weight"),
+                c.n_embd,
+            )?,
+            ffn_norm: self.vector(&n("ffn_norm.weight"), c.n_embd)?,
+            w_gate: self.matrix(&n("ffn_gate.weight"), c.n_ff, c.n_embd)?,
+            w_up: self.matrix(&n("ffn_up.weight"), c.n_ff, c.n_embd)?,
+            w_down: self.matrix(&n("ffn_down.weight"), c.n_embd, c.n_ff)?,
+            post_ffn_norm: self.required_if(c.post_norms, &n("post_ffw_norm.weight"), c.n_embd)?,
+        })
+    }
+}
+
+impl Weights {
+    /// Finds and checks every tensor of the model described by `config`.
+    pub fn load(file: &GgufFile, config: &ModelConfig) -> Result<Weights, ModelError> {
+        let l = Loader { file };
+        let token_embd = l.matrix("token_embd.weight", config.n_vocab, config.n_embd)?;
+        let layers = (0..config.n_layer)
+            .map(|il| l.layer(config, il))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (output, tied_output) = match file.tensor("output.weight") {
+            Some(_) => (
+                l.matrix("output.weight", config.n_vocab, config.n_embd)?,
+                false,
+            ),
+            None => (token_embd, true),
+        };
+        Ok(Weights {
+            token_embd,
+            layers,
+            output_norm: l.vector("output_norm.weight", config.n_embd)?,
+            output,
+            tied_output,
+        })
+    }
+
+    /// Bytes of weights read per decoded token (every matrix once; the embedding row is tiny).
+    pub fn bytes_per_token(&self) -> usize {
+        let layer: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
+                    .iter()
+                    .map(TensorRef::n_bytes)
+                    .sum::<usize>()
+            })
+            .sum();
+        layer + self.output.n_bytes()
+    }
+}
