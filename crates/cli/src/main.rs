@@ -20,8 +20,37 @@ struct Cli {
     /// Model cache directory (default: $STATELM_CACHE or ~/.cache/statelm).
     #[arg(long, global = true, env = "STATELM_CACHE")]
     cache_dir: Option<PathBuf>,
+    /// Worker threads for inference (default: one per available core).
+    #[arg(short = 't', long, global = true, env = "STATELM_THREADS")]
+    threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What every command may need from the global flags.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// `--cache-dir`.
+    pub cache: Option<PathBuf>,
+    /// `-v` count.
+    pub verbose: u8,
+    /// `--threads`.
+    pub threads: Option<usize>,
+}
+
+impl Ctx {
+    /// Load options from the global flags.
+    pub fn load_options(&self) -> statelm_model::LoadOptions {
+        statelm_model::LoadOptions {
+            threads: self.threads.unwrap_or(0),
+            ..Default::default()
+        }
+    }
+
+    /// Resolves `-m` (path or short name; pulled when missing).
+    pub fn model_path(&self, arg: Option<&str>, quiet: bool) -> anyhow::Result<PathBuf> {
+        model_arg::resolve(arg, self.cache.as_deref(), quiet)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -30,6 +59,26 @@ enum Command {
     Pull(commands::pull::PullArgs),
     /// Show what is in a GGUF file, or describe this device.
     Inspect(commands::inspect::InspectArgs),
+    /// Generate text from a prompt, streaming tokens to stdout.
+    Run(commands::run::RunArgs),
+    /// Interactive chat that keeps the conversation's State across turns.
+    Chat(commands::chat::ChatArgs),
+    /// Serve an OpenAI-compatible HTTP API.
+    Serve(commands::serve::ServeArgs),
+    /// Measure prefill/decode speed, memory and the bandwidth roofline.
+    Bench(commands::bench::BenchArgs),
+    /// Capacity planner: which model fits which device, with a memory breakdown.
+    Plan(commands::plan::PlanArgs),
+    /// Requantize a GGUF file (q8_0, q4_0, q5_0, q4_k, q6_k, q4_k_m).
+    Quantize(commands::quantize::QuantizeArgs),
+    /// Tokenize text with a model's tokenizer.
+    Tokenize(commands::tokenize::TokenizeArgs),
+    /// Teacher-forced top-K logits at every position of an input.
+    Logits(commands::logits::LogitsArgs),
+    /// Perplexity of a model on a text file.
+    Perplexity(commands::perplexity::PerplexityArgs),
+    /// Describe this device and the memory-pressure sources statelm will use.
+    Doctor(commands::doctor::DoctorArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -50,10 +99,25 @@ fn init_logging(verbose: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let cache = cli.cache_dir.as_deref();
+    let ctx = Ctx {
+        cache: cli.cache_dir.clone(),
+        verbose: cli.verbose,
+        threads: cli.threads,
+    };
+    let cache = ctx.cache.as_deref();
     let result = match &cli.command {
         Command::Pull(a) => commands::pull::run(a, cache),
         Command::Inspect(a) => commands::inspect::run(a, cache),
+        Command::Run(a) => commands::run::run(a, &ctx),
+        Command::Chat(a) => commands::chat::run(a, &ctx),
+        Command::Serve(a) => commands::serve::run(a, &ctx),
+        Command::Bench(a) => commands::bench::run(a, &ctx),
+        Command::Plan(a) => commands::plan::run(a, &ctx),
+        Command::Quantize(a) => commands::quantize::run(a, &ctx),
+        Command::Tokenize(a) => commands::tokenize::run(a, &ctx),
+        Command::Logits(a) => commands::logits::run(a, &ctx),
+        Command::Perplexity(a) => commands::perplexity::run(a, &ctx),
+        Command::Doctor(a) => commands::doctor::run(a, &ctx),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,15 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod chat;
 pub mod device;
+pub mod doctor;
 pub mod inspect;
+pub mod logits;
+pub mod perplexity;
+pub mod plan;
 pub mod pull;
+pub mod quantize;
+pub mod run;
+pub mod serve;
+pub mod tokenize;
