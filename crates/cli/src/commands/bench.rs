@@ -1,14 +1,268 @@
-//! `statelm bench`: measure prefill/decode speed, memory and the bandwidth roofline.
+//! `statelm bench`: prefill and decode speed, time to first token, memory, load time, and the
+//! memory-bandwidth roofline measured in the same run.
 
 use crate::Ctx;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use serde_json::json;
+use statelm_model::{argmax, KvType, Model, StateOptions};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Measure prefill/decode speed, memory and the bandwidth roofline.
+///
+/// Examples:
+///   statelm bench                              # default model, all cores
+///   statelm bench -m qwen2.5-coder-0.5b --threads 2 --reps 5 --json
+///   statelm bench --stateless                  # per-token cost with and without a State
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {}
+#[command(verbatim_doc_comment)]
+pub struct BenchArgs {
+    /// Model file or short name (default: gemma3-270m).
+    #[arg(short, long)]
+    model: Option<String>,
+    /// Repetitions of each measurement (median and spread are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Prefill lengths to time.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    prefill: Vec<usize>,
+    /// Tokens to decode after a short prompt.
+    #[arg(long, default_value_t = 128)]
+    decode: usize,
+    /// KV cache type.
+    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    kv_type: KvType,
+    /// Also time decoding without a State (recompute everything) at contexts 64/256/1024.
+    #[arg(long)]
+    stateless: bool,
+    /// Skip the bandwidth probe.
+    #[arg(long)]
+    no_roofline: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_kv(s: &str) -> Result<KvType, String> {
+    KvType::parse(s).ok_or_else(|| format!("unknown KV type {s:?} (f32, f16, q8_0)"))
+}
+
+/// Median and spread of repeated measurements.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Stat {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn stat(mut v: Vec<f64>) -> Stat {
+    v.sort_by(f64::total_cmp);
+    Stat {
+        median: v[v.len() / 2],
+        min: v[0],
+        max: v[v.len() - 1],
+    }
+}
+
+/// `n` realistic token ids: the tokenized sample text, repeated.
+fn tokens(model: &Model, n: usize) -> Result<Vec<u32>> {
+    const TEXT: &str = "The history of computing is a story of machines that learned to remember. \
+        Early calculators held a single number; later computers kept programs and data side by \
+        side, and every generation since has traded speed for memory and memory for speed. ";
+    let ids = model.tokenizer().encode(TEXT, false, false)?;
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        out.extend_from_slice(&ids);
+    }
+    out.truncate(n);
+    Ok(out)
+}
+
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn time_prefill(model: &Model, n: usize, kv: KvType, reps: usize) -> Result<Stat> {
+    let toks = tokens(model, n)?;
+    let mut rates = Vec::new();
+    for _ in 0..reps {
+        let mut st = model.new_state_with(StateOptions {
+            capacity: n,
+            kv_type: kv,
+        })?;
+        let t = Instant::now();
+        model.forward(&mut st, &toks)?;
+        rates.push(n as f64 / t.elapsed().as_secs_f64());
+    }
+    Ok(stat(rates))
+}
+
+/// Decode tok/s over `n` tokens after a short prompt; also returns time to first token (s).
+fn time_decode(model: &Model, n: usize, kv: KvType, reps: usize) -> Result<(Stat, Stat, usize)> {
+    let prompt = tokens(model, 16)?;
+    let (mut rates, mut ttfts, mut kv_bytes) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..reps {
+        let cap = prompt.len() + n + 1;
+        let mut st = model.new_state_with(StateOptions {
+            capacity: cap,
+            kv_type: kv,
+        })?;
+        let t0 = Instant::now();
+        let mut next = argmax(model.forward(&mut st, &prompt)?.last());
+        ttfts.push(t0.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..n {
+            next = argmax(model.forward(&mut st, &[next])?.last());
+        }
+        rates.push(n as f64 / t.elapsed().as_secs_f64());
+        kv_bytes = st.kv_bytes();
+    }
+    Ok((stat(rates), stat(ttfts), kv_bytes))
+}
+
+/// Seconds per new token at context `ctx`, with a State and without.
+fn stateless_curve(model: &Model, kv: KvType) -> Result<Vec<serde_json::Value>> {
+    let mut rows = Vec::new();
+    for ctx in [64usize, 256, 1024] {
+        let toks = tokens(model, ctx + 1)?;
+        let mut st = model.new_state_with(StateOptions {
+            capacity: ctx + 8,
+            kv_type: kv,
+        })?;
+        model.forward(&mut st, &toks[..ctx])?;
+        let t = Instant::now();
+        model.forward(&mut st, &toks[ctx..ctx + 1])?;
+        let stateful = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        model.forward_stateless(&toks[..ctx + 1])?;
+        let stateless = t.elapsed().as_secs_f64();
+        rows.push(
+            json!({"context": ctx, "stateful_ms": stateful * 1e3, "stateless_ms": stateless * 1e3,
+                         "ratio": stateless / stateful}),
+        );
+    }
+    Ok(rows)
+}
 
 /// Runs the command.
 pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
-    let _ = (args, ctx);
-    anyhow::bail!("`statelm bench` is not implemented yet")
+    let path = ctx.model_path(args.model.as_deref(), args.json)?;
+    let t = Instant::now();
+    let model: Arc<Model> = Model::load(&path, &ctx.load_options())
+        .with_context(|| format!("cannot load {}", path.display()))?;
+    let load_s = t.elapsed().as_secs_f64();
+    let reps = args.reps.max(1);
+    let mut prefill = serde_json::Map::new();
+    for &n in &args.prefill {
+        prefill.insert(
+            format!("pp{n}"),
+            serde_json::to_value(time_prefill(&model, n, args.kv_type, reps)?)?,
+        );
+    }
+    let (decode, ttft, kv_bytes) = time_decode(&model, args.decode, args.kv_type, reps)?;
+    let stateless = if args.stateless {
+        Some(stateless_curve(&model, args.kv_type)?)
+    } else {
+        None
+    };
+    // Read before the bandwidth probe, whose 1 GiB buffer is not the model's.
+    let peak_rss = peak_rss_bytes();
+    let weights = model.weight_bytes_per_token();
+    let bytes_per_token = weights + kv_bytes;
+    let roofline = if args.no_roofline {
+        None
+    } else {
+        let pool = statelm_quant::ThreadPool::new(model.threads());
+        let bw = statelm_quant::measure_read_bandwidth(&pool, 1 << 30);
+        Some(json!({"read_bandwidth_gb_s": bw / 1e9,
+                    "roofline_tok_s": bw / bytes_per_token as f64,
+                    "share_of_roofline": decode.median * bytes_per_token as f64 / bw}))
+    };
+    let report = json!({
+        "model": path.display().to_string(),
+        "threads": model.threads(),
+        "isa": statelm_quant::active_isa(),
+        "kv_type": args.kv_type.name(),
+        "load_s": load_s,
+        "prefill_tok_s": prefill,
+        "decode_tok_s": decode,
+        "decode_tokens": args.decode,
+        "time_to_first_token_s": ttft,
+        "bytes_per_decoded_token": {"weights": weights, "kv": kv_bytes, "total": bytes_per_token},
+        "roofline": roofline,
+        "stateless": stateless,
+        "peak_rss_bytes": peak_rss,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+fn print_report(r: &serde_json::Value) {
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "model     {} ({} threads, {}, kv {})",
+        r["model"].as_str().unwrap_or("?"),
+        r["threads"],
+        r["isa"].as_str().unwrap_or("?"),
+        r["kv_type"].as_str().unwrap_or("?")
+    );
+    println!("load      {:.2} s", f(&r["load_s"]));
+    if let Some(m) = r["prefill_tok_s"].as_object() {
+        for (k, v) in m {
+            println!(
+                "prefill   {k:<6} {:>8.1} tok/s  (min {:.1}, max {:.1})",
+                f(&v["median"]),
+                f(&v["min"]),
+                f(&v["max"])
+            );
+        }
+    }
+    let d = &r["decode_tok_s"];
+    println!(
+        "decode    {:>15.1} tok/s  (min {:.1}, max {:.1}) over {} tokens",
+        f(&d["median"]),
+        f(&d["min"]),
+        f(&d["max"]),
+        r["decode_tokens"]
+    );
+    println!(
+        "ttft      {:>15.1} ms",
+        f(&r["time_to_first_token_s"]["median"]) * 1e3
+    );
+    let b = &r["bytes_per_decoded_token"];
+    println!(
+        "bytes/tok {:>15.1} MB (weights {:.1} MB + KV {:.2} MB)",
+        f(&b["total"]) / 1e6,
+        f(&b["weights"]) / 1e6,
+        f(&b["kv"]) / 1e6
+    );
+    if let Some(rf) = r["roofline"].as_object() {
+        println!(
+            "bandwidth {:>15.1} GB/s -> roofline {:.1} tok/s; decode at {:.0}% of it",
+            f(&rf["read_bandwidth_gb_s"]),
+            f(&rf["roofline_tok_s"]),
+            100.0 * f(&rf["share_of_roofline"])
+        );
+    }
+    if let Some(rows) = r["stateless"].as_array() {
+        for row in rows {
+            println!(
+                "ctx {:>5}: stateful {:>8.2} ms/token, stateless {:>9.2} ms/token ({:.0}x)",
+                row["context"],
+                f(&row["stateful_ms"]),
+                f(&row["stateless_ms"]),
+                f(&row["ratio"])
+            );
+        }
+    }
+    if let Some(rss) = r["peak_rss_bytes"].as_u64() {
+        println!("peak RSS  {:>15.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    }
 }
