@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""statelm vs llama.cpp on the same GGUF files, same thread count, interleaved A B A B.
+
+    pip install llama-cpp-python==0.3.36   # once; it compiles llama.cpp (see bench/README.md)
+    cargo build --release -p statelm-cli
+    python3 bench/compare.py [--threads 2] [--rounds 3] MODEL.gguf [MODEL.gguf ...]
+
+Each round runs one `statelm bench --json` process and one llama.cpp process per file, so a
+busy machine slows both alike; only the ratios are meant to be read.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STATELM = os.path.join(HERE, "..", "target", "release", "statelm")
+
+
+def run_statelm(model, threads, decode):
+    out = subprocess.run([STATELM, "bench", "-m", model, "--threads", str(threads), "--reps", "1",
+                          "--decode", str(decode), "--json", "--no-roofline"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def run_llama(model, threads, decode):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "llama_cpp_bench.py"), model,
+                          "--threads", str(threads), "--reps", "1", "--decode", str(decode)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--decode", type=int, default=128)
+    a = ap.parse_args()
+    rows = []
+    for model in a.models:
+        s, l = [], []
+        for _ in range(a.rounds):
+            s.append(run_statelm(model, a.threads, a.decode))
+            l.append(run_llama(model, a.threads, a.decode))
+        med = lambda runs, f: statistics.median(f(r) for r in runs)
+        row = {"model": os.path.basename(model)}
+        for key, f in [("decode", lambda r: r["decode_tok_s"]["median"]),
+                       ("pp128", lambda r: r["prefill_tok_s"]["pp128"]["median"]),
+                       ("pp512", lambda r: r["prefill_tok_s"]["pp512"]["median"]),
+                       ("peak_rss_mib", lambda r: r["peak_rss_bytes"] / 2**20)]:
+            row[key] = (med(s, f), med(l, f), med(s, f) / med(l, f))
+        row["llama_python_overhead"] = med(l, lambda r: r["python_overhead_share"])
+        rows.append(row)
+    print(f"{'file':<44} {'metric':<13} {'statelm':>9} {'llama.cpp':>9} {'ratio':>6}")
+    for r in rows:
+        for key in ["decode", "pp128", "pp512", "peak_rss_mib"]:
+            s, l, q = r[key]
+            print(f"{r['model']:<44} {key:<13} {s:>9.1f} {l:>9.1f} {q:>6.2f}")
+        print(f"{r['model']:<44} python overhead in llama.cpp's decode loop: {100 * r['llama_python_overhead']:.2f}%")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
