@@ -1,0 +1,108 @@
+//! Exported functions: library information, errors, strings, the device profile and models.
+
+use crate::cstr::{export_string, free_string, read_opt_str, read_str, reset_out, write_out};
+use crate::handles::{self, StatelmModel};
+use crate::options;
+use crate::status::{guard, last_error_ptr, status_name, FfiError};
+use statelm_governor::DeviceProfile;
+use statelm_model::Model;
+use std::ffi::{c_char, c_int, CStr};
+
+/// The version of statelm, e.g. `"0.1.0"` (a static string: do not free it).
+#[no_mangle]
+pub extern "C" fn statelm_version() -> *const c_char {
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => c"unknown",
+        };
+    VERSION.as_ptr()
+}
+
+/// The name of a status code, e.g. `"STATELM_ERR_BUSY"` (`"STATELM_ERR_UNKNOWN_CODE"` for a
+/// value that is not one). A static string: do not free it.
+#[no_mangle]
+pub extern "C" fn statelm_status_name(code: c_int) -> *const c_char {
+    status_name(code).as_ptr()
+}
+
+/// The message of the most recent statelm call made on this thread: why it failed, or `""`
+/// when it succeeded. Never NULL. Owned by statelm and valid until the next statelm call on
+/// this thread (copy it to keep it). This function itself does not change it.
+#[no_mangle]
+pub extern "C" fn statelm_last_error_message() -> *const c_char {
+    last_error_ptr()
+}
+
+/// Frees a string that statelm returned through a `char**` out-parameter. NULL is a no-op.
+///
+/// Freeing a string twice, or a pointer statelm did not return, is detected and fails with
+/// `STATELM_ERR_INVALID_ARGUMENT` (nothing is freed).
+#[no_mangle]
+pub extern "C" fn statelm_string_free(s: *mut c_char) -> c_int {
+    guard(|| free_string(s))
+}
+
+/// Describes the device statelm runs on, as JSON: `physical_memory`, `cgroup_limit` (the
+/// per-process ceiling, or null), `available_memory` (bytes), `cpu_count`, `physical_cores`,
+/// `simd` (features detected at run time) and `name` (set when simulated through the
+/// `STATELM_DEVICE` / `STATELM_DEVICE_MEMORY` environment variables).
+/// `*out` receives a string to free with `statelm_string_free` (NULL on failure).
+///
+/// # Safety
+/// `out` must be NULL (the call then fails with `STATELM_ERR_NULL_POINTER`) or valid for
+/// writing one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn statelm_device_profile_json(out: *mut *mut c_char) -> c_int {
+    guard(|| {
+        // SAFETY: by this function's contract `out` is NULL or valid for writes.
+        unsafe { reset_out(out, std::ptr::null_mut(), "out") }?;
+        let profile = DeviceProfile::from_env().map_err(|e| FfiError::invalid(e.to_string()))?;
+        let json = serde_json::to_string(&profile).map_err(|e| FfiError::invalid(e.to_string()))?;
+        // SAFETY: `out` was checked by `reset_out`.
+        unsafe { write_out(out, export_string(json)) };
+        Ok(())
+    })
+}
+
+/// Loads a GGUF model from `path`. `options_json` may be NULL or
+/// `{"threads": N, "ubatch": N}` (`threads` 0 or absent: one per available core).
+/// `*out` receives the model handle (NULL on failure); free it with `statelm_model_free`.
+///
+/// The weights are memory-mapped and immutable: one model may serve several engines, from
+/// any threads. Errors: `STATELM_ERR_IO` (missing or unreadable file), `STATELM_ERR_MODEL`
+/// (not a model statelm runs), `STATELM_ERR_INVALID_ARGUMENT` (options).
+///
+/// # Safety
+/// `path` and `options_json` must each be NULL or a NUL-terminated string; `out` must be
+/// NULL or valid for writing one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn statelm_model_load(
+    path: *const c_char,
+    options_json: *const c_char,
+    out: *mut *mut StatelmModel,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by this function's contract, `out` is NULL or valid for writes, and the
+        // strings are NULL or NUL-terminated.
+        unsafe { reset_out(out, std::ptr::null_mut(), "out") }?;
+        // SAFETY: as above.
+        let path = unsafe { read_str(path, "path") }?;
+        // SAFETY: as above.
+        let opts = options::load_options(unsafe { read_opt_str(options_json, "options_json") }?)?;
+        let model = Model::load(path, &opts)?;
+        let handle = handles::new_model(model)?;
+        // SAFETY: `out` was checked by `reset_out`.
+        unsafe { write_out(out, handle) };
+        Ok(())
+    })
+}
+
+/// Frees a model handle. Engines started on the model keep their own reference, so this may
+/// be called while they run (the weights are unmapped when the last engine is freed). NULL,
+/// an already freed handle or an engine handle fail with `STATELM_ERR_NULL_POINTER` /
+/// `STATELM_ERR_INVALID_HANDLE` and free nothing.
+#[no_mangle]
+pub extern "C" fn statelm_model_free(model: *mut StatelmModel) -> c_int {
+    guard(|| handles::take_model(model).map(drop))
+}

@@ -1,0 +1,307 @@
+//! The JSON arguments of the C API: model options, engine configuration, session options,
+//! generation input and generation parameters. Unknown fields are rejected (a typo is an
+//! error, not a silently ignored setting).
+
+use crate::status::FfiError;
+use serde::Deserialize;
+use statelm_engine::{
+    ChatMessage, EngineConfig, GenerateRequest, Input, SamplingParams, SessionId, SessionOptions,
+};
+use statelm_model::{KvType, LoadOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Tokens generated when the parameters do not say (`max_tokens`).
+pub(crate) const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// Parses `json` (`None`: `{}`) into `T`, naming `what` in the error.
+fn parse<T: for<'de> Deserialize<'de> + Default>(
+    json: Option<&str>,
+    what: &str,
+) -> Result<T, FfiError> {
+    match json {
+        None => Ok(T::default()),
+        Some(s) => serde_json::from_str(s)
+            .map_err(|e| FfiError::invalid(format!("invalid {what} JSON: {e}"))),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelJson {
+    threads: Option<usize>,
+    ubatch: Option<usize>,
+}
+
+/// `statelm_model_load` options: `{"threads": N, "ubatch": N}` (both optional).
+pub(crate) fn load_options(json: Option<&str>) -> Result<LoadOptions, FfiError> {
+    let j: ModelJson = parse(json, "model options")?;
+    let mut opts = LoadOptions::default();
+    if let Some(t) = j.threads {
+        opts.threads = t;
+    }
+    if let Some(u) = j.ubatch {
+        if u == 0 {
+            return Err(FfiError::invalid("`ubatch` must be at least 1"));
+        }
+        opts.ubatch = u;
+    }
+    Ok(opts)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyJson {
+    trim_keep_fraction: Option<f64>,
+    warning_factor: Option<f64>,
+    critical_factor: Option<f64>,
+    hard_trim_suffix: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineJson {
+    max_sessions: Option<usize>,
+    session_capacity: Option<usize>,
+    token_budget: Option<usize>,
+    kv_type: Option<String>,
+    spill_dir: Option<String>,
+    queue_depth: Option<usize>,
+    memory_ceiling: Option<u64>,
+    idle_after_ms: Option<u64>,
+    stream_buffer: Option<usize>,
+    prefill_chunk: Option<usize>,
+    policy: Option<PolicyJson>,
+}
+
+/// A fraction in (0, 1], or an error naming `what`.
+fn fraction(v: f64, what: &str) -> Result<f64, FfiError> {
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(FfiError::invalid(format!(
+            "`{what}` must be in (0, 1], got {v}"
+        )))
+    }
+}
+
+/// `statelm_engine_start` configuration (every field optional; see the header).
+pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineConfig, FfiError> {
+    let j: EngineJson = parse(json, "engine config")?;
+    let mut c = EngineConfig::default();
+    macro_rules! set {
+        ($($field:ident),*) => { $( if let Some(v) = j.$field { c.$field = v; } )* };
+    }
+    set!(
+        max_sessions,
+        session_capacity,
+        token_budget,
+        queue_depth,
+        stream_buffer,
+        prefill_chunk
+    );
+    if let Some(k) = &j.kv_type {
+        c.kv_type = KvType::parse(k).ok_or_else(|| {
+            FfiError::invalid(format!("`kv_type` must be f32, f16 or q8_0, got {k:?}"))
+        })?;
+    }
+    if let Some(d) = j.spill_dir {
+        c.spill_dir = PathBuf::from(d);
+    }
+    c.memory_ceiling = j.memory_ceiling.or(c.memory_ceiling);
+    if let Some(ms) = j.idle_after_ms {
+        c.idle_after = Duration::from_millis(ms);
+    }
+    if let Some(p) = j.policy {
+        if let Some(v) = p.trim_keep_fraction {
+            c.policy.trim_keep_fraction = fraction(v, "policy.trim_keep_fraction")?;
+        }
+        if let Some(v) = p.warning_factor {
+            c.policy.warning_factor = fraction(v, "policy.warning_factor")?;
+        }
+        if let Some(v) = p.critical_factor {
+            c.policy.critical_factor = fraction(v, "policy.critical_factor")?;
+        }
+        if let Some(v) = p.hard_trim_suffix {
+            c.policy.hard_trim_suffix = v;
+        }
+    }
+    Ok(c)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionJson {
+    token_budget: Option<usize>,
+    pinned_prefix: Option<usize>,
+    system_prompt: Option<String>,
+}
+
+/// `statelm_session_new` options: `{"token_budget", "pinned_prefix", "system_prompt"}`.
+pub(crate) fn session_options(json: Option<&str>) -> Result<SessionOptions, FfiError> {
+    let j: SessionJson = parse(json, "session options")?;
+    Ok(SessionOptions {
+        token_budget: j.token_budget,
+        pinned_prefix: j.pinned_prefix,
+        system_prompt: j.system_prompt,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageJson {
+    role: String,
+    content: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputJson {
+    prompt: Option<String>,
+    messages: Option<Vec<MessageJson>>,
+    append: Option<String>,
+    tokens: Option<Vec<u32>>,
+}
+
+/// The generation input: exactly one of `{"prompt": "..."}`, `{"messages": [{"role",
+/// "content"}, ...]}`, `{"append": "..."}` or `{"tokens": [ids]}`.
+pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
+    let j: InputJson = parse(Some(json), "input")?;
+    let mut found = Vec::new();
+    if let Some(p) = j.prompt {
+        found.push(Input::Text(p));
+    }
+    if let Some(m) = j.messages {
+        let msgs = m
+            .into_iter()
+            .map(|m| ChatMessage::new(m.role, m.content))
+            .collect();
+        found.push(Input::Chat(msgs));
+    }
+    if let Some(a) = j.append {
+        found.push(Input::Append(a));
+    }
+    if let Some(t) = j.tokens {
+        found.push(Input::Tokens(t));
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        n => Err(FfiError::invalid(format!(
+            "input JSON needs exactly one of \"prompt\", \"messages\", \"append\", \"tokens\" \
+             (found {n})"
+        ))),
+    }
+}
+
+/// Stop strings: one string or an array of strings.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum StopJson {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A request on `session` from `input` and the generation parameters: `max_tokens`
+/// (default [`DEFAULT_MAX_TOKENS`]), `stop` (a string or an array), and the sampling fields
+/// of [`SamplingParams`] (`temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`,
+/// `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`, `seed`).
+pub(crate) fn request(
+    session: u64,
+    input: Input,
+    params: Option<&str>,
+) -> Result<GenerateRequest, FfiError> {
+    let mut req = GenerateRequest::new(SessionId(session), input, DEFAULT_MAX_TOKENS);
+    let Some(params) = params else {
+        return Ok(req);
+    };
+    let bad = |e: serde_json::Error| FfiError::invalid(format!("invalid params JSON: {e}"));
+    let mut map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(params).map_err(bad)?;
+    if let Some(v) = map.remove("max_tokens") {
+        req.max_tokens = serde_json::from_value(v).map_err(bad)?;
+    }
+    if let Some(v) = map.remove("stop") {
+        req.stop = match serde_json::from_value(v).map_err(bad)? {
+            StopJson::One(s) => vec![s],
+            StopJson::Many(v) => v,
+        };
+        if req.stop.iter().any(String::is_empty) {
+            return Err(FfiError::invalid("stop strings must not be empty"));
+        }
+    }
+    let known = serde_json::to_value(SamplingParams::default()).map_err(bad)?;
+    if let Some(unknown) = map.keys().find(|k| known.get(k.as_str()).is_none()) {
+        return Err(FfiError::invalid(format!(
+            "invalid params JSON: unknown field {unknown:?}"
+        )));
+    }
+    req.sampling = serde_json::from_value(serde_json::Value::Object(map)).map_err(bad)?;
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_parse_and_reject_typos() {
+        let c = engine_config(Some(
+            r#"{"max_sessions":3,"idle_after_ms":0,"kv_type":"q8_0",
+                "policy":{"hard_trim_suffix":4}}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.max_sessions, 3);
+        assert_eq!(c.idle_after, Duration::ZERO);
+        assert_eq!(c.kv_type, KvType::Q8_0);
+        assert_eq!(c.policy.hard_trim_suffix, 4);
+        assert!(engine_config(Some(r#"{"max_session":3}"#)).is_err());
+        assert!(engine_config(Some(r#"{"kv_type":"f8"}"#)).is_err());
+        assert!(engine_config(Some(r#"{"policy":{"warning_factor":2}}"#)).is_err());
+        assert_eq!(load_options(Some(r#"{"threads":2}"#)).unwrap().threads, 2);
+        assert!(load_options(Some(r#"{"thread":2}"#)).is_err());
+        assert!(load_options(Some("not json")).is_err());
+        let s = session_options(Some(r#"{"system_prompt":"be brief"}"#)).unwrap();
+        assert_eq!(s.system_prompt.as_deref(), Some("be brief"));
+    }
+
+    #[test]
+    fn inputs_need_exactly_one_kind() {
+        assert_eq!(
+            input(r#"{"prompt":"hi"}"#).unwrap(),
+            Input::Text("hi".into())
+        );
+        let chat = input(r#"{"messages":[{"role":"user","content":"hi"}]}"#).unwrap();
+        assert_eq!(chat, Input::Chat(vec![ChatMessage::new("user", "hi")]));
+        assert_eq!(
+            input(r#"{"tokens":[1,2]}"#).unwrap(),
+            Input::Tokens(vec![1, 2])
+        );
+        assert!(input("{}").is_err());
+        assert!(input(r#"{"prompt":"a","append":"b"}"#).is_err());
+        assert!(input(r#"{"promt":"a"}"#).is_err());
+    }
+
+    #[test]
+    fn params_fill_the_request() {
+        let r = request(
+            7,
+            Input::Append("x".into()),
+            Some(
+                r#"{"max_tokens":5,"temperature":0,"seed":42,"stop":"\n","logit_bias":{"2":-100}}"#,
+            ),
+        )
+        .unwrap();
+        assert_eq!(r.session, SessionId(7));
+        assert_eq!(r.max_tokens, 5);
+        assert_eq!(r.stop, vec!["\n".to_string()]);
+        assert_eq!(r.sampling.temperature, 0.0);
+        assert_eq!(r.sampling.seed, Some(42));
+        assert_eq!(r.sampling.logit_bias.get(&2), Some(&-100.0));
+        assert_eq!(r.sampling.top_k, SamplingParams::default().top_k);
+        let d = request(1, Input::Append("x".into()), None).unwrap();
+        assert_eq!(d.max_tokens, DEFAULT_MAX_TOKENS);
+        assert!(request(1, Input::Append("x".into()), Some(r#"{"temprature":0}"#)).is_err());
+        assert!(request(1, Input::Append("x".into()), Some(r#"{"stop":[""]}"#)).is_err());
+        assert!(request(1, Input::Append("x".into()), Some(r#"{"max_tokens":-1}"#)).is_err());
+    }
+}

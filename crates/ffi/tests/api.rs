@@ -1,0 +1,256 @@
+//! The C API driven from Rust on a tiny synthetic model: concurrency between sessions,
+//! handle misuse, out-pointer checks and waiting (the C program in `tests/c/smoke.c` covers
+//! the full host flow on the real model).
+
+use statelm_ffi::*;
+use statelm_model::testing::{write_synthetic_model, SyntheticSpec};
+use statelm_model::Arch;
+use std::ffi::{c_void, CStr, CString};
+use std::ptr::{null, null_mut};
+use std::sync::Mutex;
+
+/// What a callback collected: (kind, text) per event.
+#[derive(Default)]
+struct Seen {
+    events: Mutex<Vec<(StatelmEventKind, String, i32)>>,
+}
+
+unsafe extern "C" fn collect(user_data: *mut c_void, ev: *const StatelmEvent) {
+    // SAFETY: `user_data` is the `Seen` the test passed, alive until the request is waited
+    // for; `ev` and its text are valid during the call.
+    let (seen, ev) = unsafe { (&*(user_data as *const Seen), &*ev) };
+    // SAFETY: `text` has `text_len` valid bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(ev.text.cast::<u8>(), ev.text_len) };
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    seen.events
+        .lock()
+        .unwrap()
+        .push((ev.kind, text, ev.error_code));
+}
+
+fn user(seen: &Seen) -> *mut c_void {
+    std::ptr::from_ref(seen).cast_mut().cast()
+}
+
+fn last_error() -> String {
+    // SAFETY: statelm returns a valid NUL-terminated string, valid until the next call.
+    unsafe { CStr::from_ptr(statelm_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    model: *mut StatelmModel,
+    engine: *mut StatelmEngine,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_synthetic_model(&path, &SyntheticSpec::tiny(Arch::Llama)).unwrap();
+    let path = CString::new(path.to_str().unwrap()).unwrap();
+    let mut model = null_mut();
+    // SAFETY: valid C strings and out-pointer.
+    let rc = unsafe { statelm_model_load(path.as_ptr(), c"{\"threads\":1}".as_ptr(), &mut model) };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    let config = CString::new(format!(
+        "{{\"session_capacity\":256,\"spill_dir\":{:?}}}",
+        dir.path().join("spill").to_str().unwrap()
+    ))
+    .unwrap();
+    let mut engine = null_mut();
+    // SAFETY: as above.
+    let rc = unsafe { statelm_engine_start(model, config.as_ptr(), &mut engine) };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    Fixture {
+        _dir: dir,
+        model,
+        engine,
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        statelm_engine_free(self.engine);
+        statelm_model_free(self.model);
+    }
+}
+
+fn session(engine: *mut StatelmEngine) -> u64 {
+    let mut id = 0;
+    // SAFETY: NULL options and a valid out-pointer.
+    let rc = unsafe { statelm_session_new(engine, null(), &mut id) };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    id
+}
+
+fn generate(engine: *mut StatelmEngine, session: u64, params: &CStr, seen: &Seen) -> u64 {
+    let mut req = 0;
+    // SAFETY: valid C strings, callback, `seen` outlives the request (the tests wait).
+    let rc = unsafe {
+        statelm_generate(
+            engine,
+            session,
+            c"{\"prompt\":\"hello there\"}".as_ptr(),
+            params.as_ptr(),
+            Some(collect),
+            user(seen),
+            &mut req,
+        )
+    };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    req
+}
+
+#[test]
+fn sessions_generate_concurrently_and_in_order() {
+    let f = fixture();
+    let (a, b) = (session(f.engine), session(f.engine));
+    let (sa, sb) = (Seen::default(), Seen::default());
+    let params = c"{\"max_tokens\":6,\"temperature\":0,\"logit_bias\":{\"2\":-1e9}}";
+    let ra = generate(f.engine, a, params, &sa);
+    let rb = generate(f.engine, b, params, &sb);
+    assert_ne!(ra, rb);
+    assert_eq!(
+        statelm_wait(f.engine, ra, 60_000),
+        STATELM_OK,
+        "{}",
+        last_error()
+    );
+    assert_eq!(
+        statelm_wait(f.engine, rb, 60_000),
+        STATELM_OK,
+        "{}",
+        last_error()
+    );
+    for seen in [&sa, &sb] {
+        let ev = seen.events.lock().unwrap();
+        let tokens = ev.iter().filter(|e| e.0 == StatelmEventKind::Token).count();
+        assert_eq!(tokens, 6);
+        assert_eq!(ev.last().unwrap().0, StatelmEventKind::Done);
+    }
+    // Same greedy prompt on two fresh sessions: same text.
+    let text = |s: &Seen| -> String {
+        let ev = s.events.lock().unwrap();
+        ev.iter().map(|e| e.1.as_str()).collect::<Vec<_>>().concat()
+    };
+    assert_eq!(text(&sa), text(&sb));
+}
+
+#[test]
+fn handles_are_checked() {
+    let f = fixture();
+    let as_engine = f.model.cast::<StatelmEngine>();
+    let mut id = 7;
+    // SAFETY: valid out-pointer; the handle is wrong on purpose.
+    let rc = unsafe { statelm_session_new(as_engine, null(), &mut id) };
+    assert_eq!(rc, STATELM_ERR_INVALID_HANDLE);
+    assert_eq!(id, 0);
+    assert!(last_error().contains("is a model"), "{}", last_error());
+    assert_eq!(
+        statelm_model_free(f.engine.cast()),
+        STATELM_ERR_INVALID_HANDLE
+    );
+    assert_eq!(statelm_engine_free(null_mut()), STATELM_ERR_NULL_POINTER);
+    // SAFETY: NULL out-pointer on purpose.
+    let rc = unsafe { statelm_session_new(f.engine, null(), null_mut()) };
+    assert_eq!(rc, STATELM_ERR_NULL_POINTER);
+    // A second engine on the same model, freed twice.
+    let mut other = null_mut();
+    // SAFETY: NULL config, valid out-pointer.
+    let rc = unsafe { statelm_engine_start(f.model, null(), &mut other) };
+    assert_eq!(rc, STATELM_OK);
+    assert_eq!(statelm_engine_free(other), STATELM_OK);
+    assert_eq!(statelm_engine_free(other), STATELM_ERR_INVALID_HANDLE);
+    assert!(last_error().contains("not live"), "{}", last_error());
+    let mut s = null_mut();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { statelm_device_profile_json(&mut s) };
+    assert_eq!(rc, STATELM_OK);
+    assert_eq!(statelm_string_free(s), STATELM_OK);
+    assert_eq!(statelm_string_free(s), STATELM_ERR_INVALID_ARGUMENT);
+}
+
+#[test]
+fn waiting_times_out_and_cancel_ends_with_cancelled() {
+    let f = fixture();
+    let a = session(f.engine);
+    let seen = Seen::default();
+    let req = generate(
+        f.engine,
+        a,
+        c"{\"max_tokens\":100000,\"logit_bias\":{\"2\":-1e9}}",
+        &seen,
+    );
+    assert_eq!(statelm_wait(f.engine, req, 0), STATELM_ERR_TIMEOUT);
+    assert_eq!(statelm_wait(f.engine, req, 20), STATELM_ERR_TIMEOUT);
+    // A second generation on the busy session is refused at once, with no event.
+    let other = Seen::default();
+    let mut busy = 9;
+    // SAFETY: valid strings and out-pointer.
+    let rc = unsafe {
+        statelm_generate(
+            f.engine,
+            a,
+            c"{\"append\":\"x\"}".as_ptr(),
+            null(),
+            Some(collect),
+            user(&other),
+            &mut busy,
+        )
+    };
+    assert_eq!((rc, busy), (STATELM_ERR_BUSY, 0));
+    assert_eq!(statelm_session_reset(f.engine, a), STATELM_ERR_BUSY);
+    assert_eq!(statelm_cancel(f.engine, req), STATELM_OK);
+    assert_eq!(statelm_wait(f.engine, req, 60_000), STATELM_ERR_CANCELLED);
+    assert_eq!(statelm_wait(f.engine, req, -1), STATELM_ERR_CANCELLED);
+    assert_eq!(
+        statelm_cancel(f.engine, req + 100),
+        STATELM_ERR_UNKNOWN_REQUEST
+    );
+    assert!(other.events.lock().unwrap().is_empty());
+    let ev = seen.events.lock().unwrap();
+    assert_eq!(ev.last().unwrap().0, StatelmEventKind::Done);
+    assert_eq!(statelm_session_close(f.engine, a), STATELM_OK);
+    assert_eq!(
+        statelm_session_close(f.engine, a),
+        STATELM_ERR_UNKNOWN_SESSION
+    );
+}
+
+#[test]
+fn a_generation_without_callback_can_still_be_waited_for() {
+    let f = fixture();
+    let a = session(f.engine);
+    let mut req = 0;
+    // SAFETY: valid strings and out-pointer; no callback.
+    let rc = unsafe {
+        statelm_generate(
+            f.engine,
+            a,
+            c"{\"tokens\":[1,5,6,7]}".as_ptr(),
+            c"{\"max_tokens\":3}".as_ptr(),
+            None,
+            null_mut(),
+            &mut req,
+        )
+    };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    assert_eq!(
+        statelm_wait(f.engine, req, 60_000),
+        STATELM_OK,
+        "{}",
+        last_error()
+    );
+    let mut info = null_mut();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { statelm_session_info_json(f.engine, a, &mut info) };
+    assert_eq!(rc, STATELM_OK);
+    // SAFETY: a live string from statelm.
+    let json = unsafe { CStr::from_ptr(info) }.to_str().unwrap().to_owned();
+    assert_eq!(statelm_string_free(info), STATELM_OK);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v["history_tokens"].as_u64().unwrap() >= 4, "{json}");
+    assert_eq!(v["busy"], false);
+}
