@@ -1,0 +1,292 @@
+//! Run-time kernel selection.
+//!
+//! A [`Kernels`] table holds one dot kernel per weight type and one quantizer
+//! per activation type. [`Kernels::detected`] picks AVX2+FMA+F16C kernels when
+//! `is_x86_feature_detected!` says the CPU has them (other architectures and
+//! older CPUs get the scalar table); [`Kernels::global`] builds the table the
+//! crate-level functions use once, honouring `STATELM_FORCE_SCALAR=1`.
+
+use crate::error::{bytes_for, check_len, QuantError};
+use crate::kernels::{scalar, Dot4Fn, DotFn, QuantFn};
+use statelm_gguf::GgmlType;
+use std::sync::OnceLock;
+
+/// Environment variable that forces the scalar kernels when set to `1`
+/// (read once, when [`Kernels::global`] is first built).
+pub const FORCE_SCALAR_ENV: &str = "STATELM_FORCE_SCALAR";
+
+#[derive(Clone, Copy)]
+struct DotTable {
+    f32: DotFn,
+    f16: DotFn,
+    bf16: DotFn,
+    q4_0: DotFn,
+    q4_1: DotFn,
+    q5_0: DotFn,
+    q5_1: DotFn,
+    q8_0: DotFn,
+    q2_k: DotFn,
+    q3_k: DotFn,
+    q4_k: DotFn,
+    q5_k: DotFn,
+    q6_k: DotFn,
+}
+
+/// Four-vector kernels (matmul); `None` falls back to four single dots.
+#[derive(Clone, Copy, Default)]
+struct Dot4Table {
+    q4_0: Option<Dot4Fn>,
+    q5_0: Option<Dot4Fn>,
+    q8_0: Option<Dot4Fn>,
+    q4_k: Option<Dot4Fn>,
+    q5_k: Option<Dot4Fn>,
+    q6_k: Option<Dot4Fn>,
+}
+
+#[derive(Clone, Copy)]
+struct QuantTable {
+    f32: QuantFn,
+    q8_0: QuantFn,
+    q8_1: QuantFn,
+    q8_k: QuantFn,
+}
+
+/// A table of kernels for one instruction set.
+///
+/// Invariant: every function pointer in the table is safe to call on this CPU
+/// (the fields are private and the only constructors check the CPU), so the
+/// safe methods here and in [`crate::matvec()`] may call them.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    isa: &'static str,
+    dot: DotTable,
+    dot4: Dot4Table,
+    quant: QuantTable,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels").field("isa", &self.isa).finish()
+    }
+}
+
+impl Kernels {
+    /// The portable scalar reference kernels (available everywhere).
+    pub fn scalar() -> Kernels {
+        Kernels {
+            isa: "scalar",
+            dot: DotTable {
+                f32: scalar::dot_f32_f32,
+                f16: scalar::dot_f16_f32,
+                bf16: scalar::dot_bf16_f32,
+                q4_0: scalar::dot_q4_0_q8_0,
+                q4_1: scalar::dot_q4_1_q8_1,
+                q5_0: scalar::dot_q5_0_q8_0,
+                q5_1: scalar::dot_q5_1_q8_1,
+                q8_0: scalar::dot_q8_0_q8_0,
+                q2_k: scalar::dot_q2_k_q8_k,
+                q3_k: scalar::dot_q3_k_q8_k,
+                q4_k: scalar::dot_q4_k_q8_k,
+                q5_k: scalar::dot_q5_k_q8_k,
+                q6_k: scalar::dot_q6_k_q8_k,
+            },
+            dot4: Dot4Table::default(),
+            quant: QuantTable {
+                f32: scalar::quantize_f32,
+                q8_0: scalar::quantize_q8_0,
+                q8_1: scalar::quantize_q8_1,
+                q8_k: scalar::quantize_q8_k,
+            },
+        }
+    }
+
+    /// The best kernels this CPU supports (ignores `STATELM_FORCE_SCALAR`).
+    pub fn detected() -> Kernels {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
+            {
+                return Self::avx2_checked();
+            }
+        }
+        Self::scalar()
+    }
+
+    /// The AVX2 table; only called after the CPU check above.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_checked() -> Kernels {
+        use crate::kernels::avx2;
+        let mut k = Self::scalar();
+        k.isa = "avx2";
+        k.dot.f32 = avx2::dot_f32_f32;
+        k.dot.f16 = avx2::dot_f16_f32;
+        k.dot.bf16 = avx2::dot_bf16_f32;
+        k.dot.q4_0 = avx2::dot_q4_0_q8_0;
+        k.dot.q4_1 = avx2::dot_q4_1_q8_1;
+        k.dot.q5_0 = avx2::dot_q5_0_q8_0;
+        k.dot.q5_1 = avx2::dot_q5_1_q8_1;
+        k.dot.q8_0 = avx2::dot_q8_0_q8_0;
+        k.dot.q4_k = avx2::dot_q4_k_q8_k;
+        k.dot.q5_k = avx2::dot_q5_k_q8_k;
+        k.dot.q6_k = avx2::dot_q6_k_q8_k;
+        k.dot4 = Dot4Table {
+            q4_0: Some(avx2::dot4_q4_0_q8_0),
+            q5_0: Some(avx2::dot4_q5_0_q8_0),
+            q8_0: Some(avx2::dot4_q8_0_q8_0),
+            q4_k: Some(avx2::dot4_q4_k_q8_k),
+            q5_k: Some(avx2::dot4_q5_k_q8_k),
+            q6_k: Some(avx2::dot4_q6_k_q8_k),
+        };
+        k.quant.q8_0 = avx2::quantize_q8_0;
+        k.quant.q8_k = avx2::quantize_q8_k;
+        k
+    }
+
+    /// The process-wide table: [`Kernels::detected`], or [`Kernels::scalar`]
+    /// when `STATELM_FORCE_SCALAR=1`. Built once, on first use.
+    pub fn global() -> &'static Kernels {
+        static GLOBAL: OnceLock<Kernels> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            if std::env::var(FORCE_SCALAR_ENV).is_ok_and(|v| v.trim() == "1") {
+                Kernels::scalar()
+            } else {
+                Kernels::detected()
+            }
+        })
+    }
+
+    /// The instruction set of this table: `"scalar"` or `"avx2"`.
+    pub fn isa(&self) -> &'static str {
+        self.isa
+    }
+
+    /// The dot kernel for weights of type `w`, if there is one.
+    pub(crate) fn dot_fn(&self, w: GgmlType) -> Option<DotFn> {
+        let d = &self.dot;
+        Some(match w {
+            GgmlType::F32 => d.f32,
+            GgmlType::F16 => d.f16,
+            GgmlType::BF16 => d.bf16,
+            GgmlType::Q4_0 => d.q4_0,
+            GgmlType::Q4_1 => d.q4_1,
+            GgmlType::Q5_0 => d.q5_0,
+            GgmlType::Q5_1 => d.q5_1,
+            GgmlType::Q8_0 => d.q8_0,
+            GgmlType::Q2_K => d.q2_k,
+            GgmlType::Q3_K => d.q3_k,
+            GgmlType::Q4_K => d.q4_k,
+            GgmlType::Q5_K => d.q5_k,
+            GgmlType::Q6_K => d.q6_k,
+            _ => return None,
+        })
+    }
+
+    /// The four-vector kernel for weights of type `w`, if this ISA has one.
+    pub(crate) fn dot4_fn(&self, w: GgmlType) -> Option<Dot4Fn> {
+        let d = &self.dot4;
+        match w {
+            GgmlType::Q4_0 => d.q4_0,
+            GgmlType::Q5_0 => d.q5_0,
+            GgmlType::Q8_0 => d.q8_0,
+            GgmlType::Q4_K => d.q4_k,
+            GgmlType::Q5_K => d.q5_k,
+            GgmlType::Q6_K => d.q6_k,
+            _ => None,
+        }
+    }
+
+    /// The activation quantizer for activation type `a`, if there is one.
+    pub(crate) fn quant_fn(&self, a: GgmlType) -> Option<QuantFn> {
+        let q = &self.quant;
+        Some(match a {
+            GgmlType::F32 => q.f32,
+            GgmlType::Q8_0 => q.q8_0,
+            GgmlType::Q8_1 => q.q8_1,
+            GgmlType::Q8_K => q.q8_k,
+            _ => return None,
+        })
+    }
+
+    /// Whether weights of type `w` have a dot kernel (any ISA).
+    pub fn supports(&self, w: GgmlType) -> bool {
+        self.dot_fn(w).is_some()
+    }
+
+    /// Dot product of `n` elements: one weight row `w` (type `w_ty`) against
+    /// activations `a` already quantized to [`crate::vec_dot_type`]`(w_ty)`.
+    pub fn vec_dot(&self, w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+        let f = self.dot_fn(w_ty).ok_or(QuantError::Unsupported {
+            ty: w_ty,
+            op: "vec_dot",
+        })?;
+        check_len("vec_dot weight bytes", bytes_for(w_ty, n)?, w.len())?;
+        check_len(
+            "vec_dot activation bytes",
+            bytes_for(crate::vec_dot_type(w_ty), n)?,
+            a.len(),
+        )?;
+        // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
+        Ok(unsafe { f(n, w, a) })
+    }
+
+    /// Dots one weight row against four activation vectors; bit-identical to
+    /// four [`Kernels::vec_dot`] calls (uses a four-vector kernel when the ISA
+    /// has one for `w_ty`).
+    pub fn vec_dot4(
+        &self,
+        w_ty: GgmlType,
+        n: usize,
+        w: &[u8],
+        a: [&[u8]; 4],
+    ) -> Result<[f32; 4], QuantError> {
+        let f = self.dot_fn(w_ty).ok_or(QuantError::Unsupported {
+            ty: w_ty,
+            op: "vec_dot",
+        })?;
+        check_len("vec_dot weight bytes", bytes_for(w_ty, n)?, w.len())?;
+        let a_bytes = bytes_for(crate::vec_dot_type(w_ty), n)?;
+        for v in a {
+            check_len("vec_dot activation bytes", a_bytes, v.len())?;
+        }
+        Ok(match self.dot4_fn(w_ty) {
+            // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
+            Some(f4) => unsafe { f4(n, w, a) },
+            // SAFETY: as above.
+            None => a.map(|v| unsafe { f(n, w, v) }),
+        })
+    }
+
+    /// Quantizes `x` to activation type `ty` (Q8_0, Q8_1, Q8_K or F32) into `out`.
+    pub fn quantize_acts(&self, ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+        let f = self.quant_fn(ty).ok_or(QuantError::Unsupported {
+            ty,
+            op: "quantize activations",
+        })?;
+        check_len("activation bytes", bytes_for(ty, x.len())?, out.len())?;
+        // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
+        unsafe { f(x, out) };
+        Ok(())
+    }
+}
+
+/// The instruction set the crate-level kernels use (`"scalar"` or `"avx2"`).
+pub fn active_isa() -> &'static str {
+    Kernels::global().isa()
+}
+
+/// The activation type weights of type `w` dot against: Q8_0 for
+/// Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F32 for
+/// F32/F16/BF16. Types without a dot kernel (I8.., Q8_1, Q8_K) also map to
+/// F32; [`crate::matvec()`] reports them as unsupported.
+pub fn vec_dot_type(w: GgmlType) -> GgmlType {
+    match w {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+        GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            GgmlType::Q8_K
+        }
+        _ => GgmlType::F32,
+    }
+}

@@ -1,0 +1,210 @@
+//! AVX2 dots of K-quant weights against Q8_K activations.
+//!
+//! Codes are unsigned (0..=15, 0..=31, 0..=63) so `maddubs` multiplies them
+//! with the signed activations without saturation; sub-block scales are
+//! applied with `madd` on i16 lanes. Each super-block's integer total is
+//! reduced to one i32 and scaled with the same f32 expression as the scalar
+//! kernels, so results match them bit for bit. The `dot4_` kernels decode each
+//! weight super-block once for four activation vectors (matmul).
+
+use super::{at, hsum_epi32, le16, load256, prefetch_ahead};
+use crate::formats::float::f16_to_f32;
+use crate::formats::q4_k::unpack_scales;
+use crate::kernels::scalar::min_sum;
+use std::arch::x86_64::*;
+
+/// Q8_K block fields: f32 scale at 0, codes at 4..260, bsums at 260..292.
+#[inline(always)]
+fn q8k_d(y: &[u8]) -> f32 {
+    f32::from_le_bytes(*at::<4>(y, 0))
+}
+
+#[inline(always)]
+fn q8k_bsums(y: &[u8]) -> [i16; 16] {
+    let b = at::<32>(y, 260);
+    std::array::from_fn(|i| i16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+}
+
+/// Walks super-blocks of `wb` bytes against `V` Q8_K vectors: `decode` runs
+/// once per weight super-block and returns a closure that yields its
+/// contribution to one vector's sum.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn walk<const V: usize, D, F>(w: &[u8], a: [&[u8]; V], wb: usize, decode: D) -> [f32; V]
+where
+    D: Fn(&[u8]) -> F,
+    F: Fn(&[u8]) -> f32 + Copy,
+{
+    let nb = a.iter().fold(w.len() / wb, |m, v| m.min(v.len() / 292));
+    let mut ys = a.map(|v| v[..nb * 292].chunks_exact(292));
+    let mut sum = [0f32; V];
+    for x in w[..nb * wb].chunks_exact(wb) {
+        for off in (0..wb).step_by(64) {
+            prefetch_ahead(x, off);
+        }
+        let block = decode(x);
+        for (s, it) in sum.iter_mut().zip(ys.iter_mut()) {
+            let Some(y) = it.next() else { break };
+            *s += block(y);
+        }
+    }
+    sum
+}
+
+/// `Σ_j sc_j Σ q y` for Q4_K/Q5_K given the codes of each 64-element chunk
+/// (low half, high half).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn affine_isum(y: &[u8], sc: &[u8; 8], codes: &[[__m256i; 2]; 4]) -> i32 {
+    let mut sumi = _mm256_setzero_si256();
+    for (c, [lo, hi]) in codes.iter().enumerate() {
+        let p0 = _mm256_maddubs_epi16(*lo, load256(at(y, 4 + 64 * c)));
+        let p1 = _mm256_maddubs_epi16(*hi, load256(at(y, 36 + 64 * c)));
+        let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * c])));
+        let p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * c + 1])));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    }
+    hsum_epi32(sumi)
+}
+
+/// One Q4_K/Q5_K super-block's contribution: `d isum - dmin msum`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn affine_block(
+    xd: [f32; 2],
+    y: &[u8],
+    codes: &[[__m256i; 2]; 4],
+    sc: &[u8; 8],
+    mn: &[u8; 8],
+) -> f32 {
+    let isum = affine_isum(y, sc, codes);
+    let msum = min_sum(mn, &q8k_bsums(y));
+    let yd = q8k_d(y);
+    let d = xd[0] * yd;
+    let dmin = xd[1] * yd;
+    d * isum as f32 - dmin * msum as f32
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    walk(w, a, 144, |x| {
+        let (sc, mn) = unpack_scales(at(x, 4));
+        let codes: [[__m256i; 2]; 4] = std::array::from_fn(|c| {
+            let q = load256(at(x, 16 + 32 * c));
+            [
+                _mm256_and_si256(q, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+            ]
+        });
+        let xd = [f16_to_f32(le16(x, 0)), f16_to_f32(le16(x, 2))];
+        move |y: &[u8]| affine_block(xd, y, &codes, &sc, &mn)
+    })
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
+    let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+    walk(w, a, 176, |x| {
+        let (sc, mn) = unpack_scales(at(x, 4));
+        let qh = load256(at(x, 16));
+        let codes: [[__m256i; 2]; 4] = std::array::from_fn(|c| {
+            let q = load256(at(x, 48 + 32 * c));
+            // Bits 2c and 2c + 1 of each qh byte, moved to bit 4.
+            let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c as i32));
+            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(h, one));
+            let h1 = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<1>(h), one));
+            [
+                _mm256_or_si256(_mm256_and_si256(q, m4), h0),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q), m4), h1),
+            ]
+        });
+        let xd = [f16_to_f32(le16(x, 0)), f16_to_f32(le16(x, 2))];
+        move |y: &[u8]| affine_block(xd, y, &codes, &sc, &mn)
+    })
+}
+
+/// The 8 code vectors of a Q6_K super-block (unsigned 0..=63), in element order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_codes(x: &[u8]) -> [__m256i; 8] {
+    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x03));
+    let top = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
+    let mut q = [_mm256_setzero_si256(); 8];
+    for h in 0..2 {
+        let l0 = load256(at(x, 64 * h));
+        let l1 = load256(at(x, 64 * h + 32));
+        let hb = load256(at(x, 128 + 32 * h));
+        let hi4 = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+        q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), top(hb));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), top(_mm256_srli_epi16::<2>(hb)));
+        q[4 * h + 2] = _mm256_or_si256(hi4(l0), top(_mm256_srli_epi16::<4>(hb)));
+        q[4 * h + 3] = _mm256_or_si256(hi4(l1), top(_mm256_srli_epi16::<6>(hb)));
+    }
+    q
+}
+
+/// One Q6_K super-block's contribution: `Σ sc q y` on unsigned codes minus
+/// `32 Σ sc bsum` for the code offset, scaled by `d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_block(xd: f32, y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> f32 {
+    let bsums = q8k_bsums(y);
+    let msum: i32 = sc
+        .iter()
+        .zip(&bsums)
+        .map(|(&s, &b)| i32::from(s) * i32::from(b))
+        .sum();
+    let mut sumi = _mm256_setzero_si256();
+    for (k, qk) in q.iter().enumerate() {
+        let p = _mm256_maddubs_epi16(*qk, load256(at(y, 4 + 32 * k)));
+        let scales = _mm256_set_m128i(
+            _mm_set1_epi16(i16::from(sc[2 * k + 1])),
+            _mm_set1_epi16(i16::from(sc[2 * k])),
+        );
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
+    }
+    let isum = hsum_epi32(sumi) - 32 * msum;
+    let d = xd * q8k_d(y);
+    d * isum as f32
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
+    walk(w, a, 210, |x| {
+        let sc: [i8; 16] = at::<16>(x, 192).map(|b| b as i8);
+        let q = q6_k_codes(x);
+        let xd = f16_to_f32(le16(x, 208));
+        move |y: &[u8]| q6_k_block(xd, y, &q, &sc)
+    })
+}
+
+/// Defines the one-vector and four-vector kernels of a K-quant format.
+macro_rules! kquant_pair {
+    ($one:ident, $four:ident, $acts:ident, $name:literal) => {
+        #[doc = concat!($name, " weights · Q8_K activations.")]
+        ///
+        /// # Safety
+        /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $one(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+            $acts(w, [a])[0]
+        }
+
+        #[doc = concat!($name, " weights · four Q8_K activation vectors (bit-identical to four single dots).")]
+        ///
+        /// # Safety
+        /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $four(_n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            $acts(w, a)
+        }
+    };
+}
+
+kquant_pair!(dot_q4_k_q8_k, dot4_q4_k_q8_k, q4_k_acts, "Q4_K");
+kquant_pair!(dot_q5_k_q8_k, dot4_q5_k_q8_k, q5_k_acts, "Q5_K");
+kquant_pair!(dot_q6_k_q8_k, dot4_q6_k_q8_k, q6_k_acts, "Q6_K");

@@ -1,0 +1,41 @@
+//! Portable scalar reference kernels: clear, exact-integer block dots.
+//!
+//! These are safe functions; they coerce to [`super::DotFn`]. They read blocks
+//! with the format structs, so a short slice just yields fewer blocks.
+
+mod float;
+mod kquants;
+mod legacy;
+
+pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
+pub(crate) use kquants::min_sum;
+pub use kquants::{dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k};
+pub use legacy::{dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0, dot_q5_1_q8_1, dot_q8_0_q8_0};
+
+use crate::formats::{q8_0, q8_k, write_block};
+
+/// Quantizes activations to Q8_0 (ggml's reference rule).
+pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+        write_block(&q8_0::quantize_block(xb), ob);
+    }
+}
+
+/// Quantizes activations to Q8_1.
+pub fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
+    crate::formats::q8_1::quantize(x, out);
+}
+
+/// Quantizes activations to Q8_K (see [`crate::formats::q8_k`] for the tie rule).
+pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(292)) {
+        write_block(&q8_k::quantize_block_with(xb, q8_k::signed_extreme(xb)), ob);
+    }
+}
+
+/// "Quantizes" activations to F32: copies them as little-endian bytes.
+pub fn quantize_f32(x: &[f32], out: &mut [u8]) {
+    for (v, o) in x.iter().zip(out.chunks_exact_mut(4)) {
+        o.copy_from_slice(&v.to_le_bytes());
+    }
+}

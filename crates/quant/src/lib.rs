@@ -1,0 +1,81 @@
+//! statelm-quant: ggml block formats and the quantized kernels that multiply them.
+//!
+//! * [`formats`]: one `#[repr(C)]` block struct per ggml format, scalar
+//!   [`dequantize_row`] for every format and [`quantize_row`] for the formats
+//!   in [`can_quantize`].
+//! * [`kernels`]: dot products of a weight row with an activation vector, as a
+//!   scalar reference ([`kernels::scalar`]) and AVX2+FMA+F16C versions
+//!   ([`kernels::avx2`]); [`Kernels`] selects them at run time
+//!   (`STATELM_FORCE_SCALAR=1` forces scalar).
+//! * [`QMatrix`], [`QuantizedActs`], [`matvec()`], [`matmul()`]: the decode and
+//!   prefill products, split across a persistent [`ThreadPool`].
+//!
+//! Weights dot against activations quantized as in ggml ([`vec_dot_type`]):
+//! Q4_0/Q5_0/Q8_0 against Q8_0, Q4_1/Q5_1 against Q8_1, K-quants against Q8_K,
+//! F32/F16/BF16 against f32. Each block's dot is exact in integers, then scaled
+//! in f32; scalar and SIMD differ only in f32 summation order (for K-quants
+//! they agree bit for bit).
+//!
+//! # ISA coverage
+//!
+//! | weights | activations | scalar | AVX2 | AVX2 four-vector (matmul) |
+//! |---------|-------------|--------|------|---------------------------|
+//! | F32     | f32         | yes    | yes  | no (4 single dots) |
+//! | F16     | f32         | yes    | yes (F16C) | no |
+//! | BF16    | f32         | yes    | yes  | no |
+//! | Q8_0    | Q8_0        | yes    | yes  | yes |
+//! | Q4_0    | Q8_0        | yes    | yes  | yes |
+//! | Q5_0    | Q8_0        | yes    | yes  | yes |
+//! | Q4_1    | Q8_1        | yes    | yes  | no |
+//! | Q5_1    | Q8_1        | yes    | yes  | no |
+//! | Q2_K    | Q8_K        | yes    | scalar only | no |
+//! | Q3_K    | Q8_K        | yes    | scalar only | no |
+//! | Q4_K    | Q8_K        | yes    | yes  | yes |
+//! | Q5_K    | Q8_K        | yes    | yes  | yes |
+//! | Q6_K    | Q8_K        | yes    | yes  | yes |
+//!
+//! | activation quantizer | scalar | AVX2 |
+//! |----------------------|--------|------|
+//! | Q8_0                 | yes    | yes (same bytes) |
+//! | Q8_K                 | yes    | yes (same bytes) |
+//! | Q8_1                 | yes    | scalar only |
+//! | F32 (copy)           | yes    | n/a  |
+//!
+//! Other architectures (e.g. aarch64) use the scalar kernels, written so the
+//! compiler can vectorize them.
+//!
+//! # Quantizers and error budgets (tested)
+//!
+//! * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q8_1: ggml's reference round-to-nearest rules,
+//!   bit for bit (requantizing llama.cpp's stored rows reproduces their bytes).
+//! * Q4_K, Q5_K, Q6_K: per sub-block grid search over the inverse scale with a
+//!   weighted least-squares refit (weights `rms + |x|` for Q4_K/Q5_K, `x²` for
+//!   Q6_K), 6-/8-bit scale quantization, then codes recomputed against the
+//!   quantized scales. Budget on random data: max error ≤ 0.15 / 0.08 / 0.05 of
+//!   the super-block's max |x|; requantizing llama.cpp's rows is lossless on all
+//!   reference rows (budget 0.02 / 0.01 / 0.005).
+//! * Q8_K: `d = max / -127` on the signed extreme (ties: the positive one), codes
+//!   rounded half to even; F16/BF16 round to nearest even.
+//! * Q2_K, Q3_K: dequantization and dot kernels only.
+//!
+//! Differential budget for kernels: |SIMD − scalar| ≤ 1e-5 · Σ|wᵢ·aᵢ| (plus the
+//! magnitude of the additive min terms); scalar kernels match an f64 dot of the
+//! dequantized operands to the same budget (2e-3 for Q4_1/Q5_1, whose Q8_1 `s`
+//! is rounded to f16 by design).
+
+pub mod bandwidth;
+pub mod dispatch;
+pub mod error;
+pub mod formats;
+pub mod kernels;
+pub mod matrix;
+pub mod matvec;
+pub mod pool;
+
+pub use bandwidth::measure_read_bandwidth;
+pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV};
+pub use error::QuantError;
+pub use formats::{can_quantize, dequantize_row, quantize_row};
+pub use matrix::{QMatrix, QuantizedActs};
+pub use matvec::{matmul, matvec, matvec_f32};
+pub use pool::ThreadPool;

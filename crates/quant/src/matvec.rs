@@ -1,0 +1,172 @@
+//! Matrix-vector and matrix-matrix products over quantized weights.
+//!
+//! Rows are split into chunks (a multiple of [`ROW_ALIGN`] rows, about
+//! [`CHUNKS_PER_THREAD`] per thread) that the pool's threads take dynamically.
+//! `matmul` keeps its chunks under [`TILE_BYTES`] of weights (so they stay in
+//! L2) and walks each chunk once per tile of [`TILE_VECS`] activation vectors,
+//! dotting every weight row against all vectors of the tile while the row is
+//! hot in L1: each weight block is fetched from memory once per chunk.
+
+use crate::dispatch::Kernels;
+use crate::error::{check_len, QuantError};
+use crate::kernels::DotFn;
+use crate::matrix::{QMatrix, QuantizedActs};
+use crate::pool::ThreadPool;
+
+/// Chunk sizes are multiples of this many rows.
+pub const ROW_ALIGN: usize = 16;
+/// Target number of chunks per thread (dynamic load balancing).
+pub const CHUNKS_PER_THREAD: usize = 4;
+/// Upper bound on the weight bytes of one matmul chunk.
+pub const TILE_BYTES: usize = 256 * 1024;
+/// Activation vectors per matmul tile.
+pub const TILE_VECS: usize = 8;
+
+/// `y[r] = w_r · x` for the single vector in `acts`, with the process-wide kernels.
+pub fn matvec(
+    pool: &ThreadPool,
+    w: &QMatrix<'_>,
+    acts: &QuantizedActs,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    Kernels::global().matvec(pool, w, acts, y)
+}
+
+/// `y[i * rows + r] = w_r · x_i` for the `n` vectors in `acts`, with the process-wide kernels.
+pub fn matmul(
+    pool: &ThreadPool,
+    w: &QMatrix<'_>,
+    acts: &QuantizedActs,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    Kernels::global().matmul(pool, w, acts, y)
+}
+
+/// Convenience `y = W x` from f32 activations (quantizes `x` into a fresh
+/// buffer; for tests and tools — hot loops keep a [`QuantizedActs`]).
+pub fn matvec_f32(
+    pool: &ThreadPool,
+    w: &QMatrix<'_>,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    let mut acts = QuantizedActs::new();
+    acts.quantize(crate::vec_dot_type(w.ty()), x, 1, w.cols())?;
+    matvec(pool, w, &acts, y)
+}
+
+/// Rows per chunk for `rows` rows on `threads` threads.
+fn chunk_rows(rows: usize, threads: usize) -> usize {
+    if threads <= 1 {
+        return rows.max(1);
+    }
+    let target = rows.div_ceil(threads * CHUNKS_PER_THREAD);
+    target.div_ceil(ROW_ALIGN).max(1) * ROW_ALIGN
+}
+
+/// A raw output pointer shared by tasks that write disjoint ranges.
+struct OutPtr(*mut f32);
+// SAFETY: tasks only write disjoint index ranges through the pointer, and the
+// slice it came from outlives `ThreadPool::run`.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the `Sync` wrapper).
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+impl Kernels {
+    fn prepare(&self, w: &QMatrix<'_>, acts: &QuantizedActs) -> Result<DotFn, QuantError> {
+        let f = self.dot_fn(w.ty()).ok_or(QuantError::Unsupported {
+            ty: w.ty(),
+            op: "matvec",
+        })?;
+        acts.check_against(w)?;
+        Ok(f)
+    }
+
+    /// [`matvec`] with this kernel table.
+    pub fn matvec(
+        &self,
+        pool: &ThreadPool,
+        w: &QMatrix<'_>,
+        acts: &QuantizedActs,
+        y: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let dot = self.prepare(w, acts)?;
+        check_len("activation vectors (matvec needs 1)", 1, acts.n())?;
+        check_len("matvec output (rows)", w.rows(), y.len())?;
+        let (rows, cols, x) = (w.rows(), w.cols(), acts.vector(0));
+        let chunk = chunk_rows(rows, pool.n_threads());
+        let out = OutPtr(y.as_mut_ptr());
+        pool.run(rows.div_ceil(chunk), &|t| {
+            let r0 = t * chunk;
+            let r1 = (r0 + chunk).min(rows);
+            // SAFETY: r0..r1 is within y (r1 <= rows = y.len()), task t alone
+            // writes it, and y outlives pool.run.
+            let ys = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
+            for (r, yr) in (r0..r1).zip(ys) {
+                // SAFETY: the table's kernels run on this CPU; row and vector
+                // lengths were checked by QMatrix::new and prepare().
+                *yr = unsafe { dot(cols, w.row(r), x) };
+            }
+        });
+        Ok(())
+    }
+
+    /// [`matmul`] with this kernel table.
+    pub fn matmul(
+        &self,
+        pool: &ThreadPool,
+        w: &QMatrix<'_>,
+        acts: &QuantizedActs,
+        y: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let dot = self.prepare(w, acts)?;
+        let dot4 = self.dot4_fn(w.ty());
+        let (rows, cols, n) = (w.rows(), w.cols(), acts.n());
+        let total = rows.checked_mul(n).ok_or(QuantError::Overflow {
+            what: "matmul output",
+        })?;
+        check_len("matmul output (n * rows)", total, y.len())?;
+        if n == 0 || rows == 0 {
+            return Ok(());
+        }
+        let chunk =
+            chunk_rows(rows, pool.n_threads()).min((TILE_BYTES / w.row_bytes().max(1)).max(1));
+        let out = OutPtr(y.as_mut_ptr());
+        pool.run(rows.div_ceil(chunk), &|t| {
+            let r0 = t * chunk;
+            let r1 = (r0 + chunk).min(rows);
+            for v0 in (0..n).step_by(TILE_VECS) {
+                let v1 = (v0 + TILE_VECS).min(n);
+                for r in r0..r1 {
+                    let wr = w.row(r);
+                    let mut v = v0;
+                    let put = |v: usize, s: f32| {
+                        // SAFETY: task t alone writes rows r0..r1 of each output
+                        // vector; v * rows + r < n * rows = y.len().
+                        unsafe { *out.get().add(v * rows + r) = s };
+                    };
+                    if let Some(f4) = dot4 {
+                        while v + 4 <= v1 {
+                            let a = [0, 1, 2, 3].map(|i| acts.vector(v + i));
+                            // SAFETY: the table's kernels run on this CPU;
+                            // lengths were checked by QMatrix::new and prepare().
+                            let s = unsafe { f4(cols, wr, a) };
+                            s.into_iter().enumerate().for_each(|(i, s)| put(v + i, s));
+                            v += 4;
+                        }
+                    }
+                    for v in v..v1 {
+                        // SAFETY: as above.
+                        put(v, unsafe { dot(cols, wr, acts.vector(v)) });
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! Differential tests: SIMD kernels against the scalar reference, scalar
+//! kernels against f64 dots of the dequantized values, activation quantizers
+//! across ISAs, and quantize→dequantize error bounds.
+
+mod common;
+
+use common::{elems, magnitude, random_row, Rng, DOT_TYPES};
+use proptest::prelude::*;
+use statelm_gguf::GgmlType;
+use statelm_quant::{can_quantize, dequantize_row, quantize_row, vec_dot_type, Kernels};
+
+/// Relative budget (to [`magnitude`]) for SIMD vs scalar: f32 summation order.
+const SIMD_REL: f64 = 1e-5;
+
+fn quantized_acts(k: &Kernels, ty: GgmlType, x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let at = vec_dot_type(ty);
+    let mut bytes = vec![0u8; at.bytes_for(x.len() as u64).unwrap() as usize];
+    k.quantize_acts(at, x, &mut bytes).unwrap();
+    let mut deq = vec![0f32; x.len()];
+    dequantize_row(at, &bytes, &mut deq).unwrap();
+    (bytes, deq)
+}
+
+fn check_simd_vs_scalar(ty: GgmlType, blocks: usize, seed: u64) {
+    let (scalar, simd) = (Kernels::scalar(), Kernels::detected());
+    let mut rng = Rng(seed);
+    let n = elems(ty, blocks);
+    let w = random_row(&mut rng, ty, n);
+    let x = rng.vec(n);
+    let (a, a_deq) = quantized_acts(&scalar, ty, &x);
+    let s = scalar.vec_dot(ty, n, &w, &a).unwrap();
+    let v = simd.vec_dot(ty, n, &w, &a).unwrap();
+    let m = magnitude(ty, &w, &a_deq);
+    let diff = (f64::from(s) - f64::from(v)).abs();
+    assert!(
+        diff <= SIMD_REL * m + 1e-30,
+        "{ty} n={n} seed={seed}: scalar {s} vs {} {v} (diff {diff}, magnitude {m})",
+        simd.isa()
+    );
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+        assert_eq!(
+            s.to_bits(),
+            v.to_bits(),
+            "{ty}: K-quant kernels agree bit for bit"
+        );
+    }
+}
+
+/// Scalar kernel vs an f64 dot of the dequantized weights and activations.
+fn check_scalar_vs_dequant(ty: GgmlType, blocks: usize, seed: u64) {
+    let k = Kernels::scalar();
+    let mut rng = Rng(seed);
+    let n = elems(ty, blocks);
+    let w = random_row(&mut rng, ty, n);
+    let x = rng.vec(n);
+    let (a, a_deq) = quantized_acts(&k, ty, &x);
+    let mut w_deq = vec![0f32; n];
+    dequantize_row(ty, &w, &mut w_deq).unwrap();
+    let exact: f64 = w_deq
+        .iter()
+        .zip(&a_deq)
+        .map(|(&p, &q)| f64::from(p) * f64::from(q))
+        .sum();
+    let got = f64::from(k.vec_dot(ty, n, &w, &a).unwrap());
+    // Q4_1/Q5_1 use the f16-rounded `s = d * sum(q)` of Q8_1 (as ggml does).
+    let rel = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+        2e-3
+    } else {
+        1e-5
+    };
+    let m = magnitude(ty, &w, &a_deq);
+    assert!(
+        (got - exact).abs() <= rel * m + 1e-30,
+        "{ty} n={n} seed={seed}: kernel {got} vs dequantized {exact} (magnitude {m})"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn simd_dot_matches_scalar(t in 0..DOT_TYPES.len(), blocks in 1usize..12, seed in any::<u64>()) {
+        check_simd_vs_scalar(DOT_TYPES[t], blocks, seed);
+    }
+
+    #[test]
+    fn dot4_is_bit_identical_to_four_dots(t in 0..DOT_TYPES.len(), blocks in 1usize..9, seed in any::<u64>()) {
+        let ty = DOT_TYPES[t];
+        let mut rng = Rng(seed);
+        let n = elems(ty, blocks);
+        let w = random_row(&mut rng, ty, n);
+        for k in [Kernels::scalar(), Kernels::detected()] {
+            let acts: Vec<Vec<u8>> = (0..4).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
+            let a = [0, 1, 2, 3].map(|i| acts[i].as_slice());
+            let four = k.vec_dot4(ty, n, &w, a).unwrap();
+            let one = a.map(|v| k.vec_dot(ty, n, &w, v).unwrap());
+            prop_assert_eq!(four.map(f32::to_bits), one.map(f32::to_bits), "{} {}", ty, k.isa());
+        }
+    }
+
+    #[test]
+    fn scalar_dot_matches_dequantized(t in 0..DOT_TYPES.len(), blocks in 1usize..8, seed in any::<u64>()) {
+        check_scalar_vs_dequant(DOT_TYPES[t], blocks, seed);
+    }
+
+    #[test]
+    fn act_quantizers_agree_across_isas(blocks in 1usize..6, seed in any::<u64>(), special in 0u8..4) {
+        let mut rng = Rng(seed);
+        let mut x = rng.vec(blocks * 256);
+        match special {
+            // Exact rounding ties for Q8_0: multiples of amax / 254.
+            1 => x.iter_mut().enumerate().for_each(|(i, v)| *v = (i % 255) as f32 - 127.0),
+            // Equal positive and negative extremes (the Q8_K tie rule).
+            2 => { let len = x.len(); x[0] = -3.0; x[1] = 3.0; x[300 % len] = -3.0; }
+            3 => x.iter_mut().take(64).for_each(|v| *v = 0.0),
+            _ => {}
+        }
+        for at in [GgmlType::Q8_0, GgmlType::Q8_K] {
+            let bytes = |k: Kernels| {
+                let mut b = vec![0u8; at.bytes_for(x.len() as u64).unwrap() as usize];
+                k.quantize_acts(at, &x, &mut b).unwrap();
+                b
+            };
+            prop_assert_eq!(bytes(Kernels::scalar()), bytes(Kernels::detected()), "{}", at);
+        }
+    }
+}
+
+/// Per-format bound on |dequantize(quantize(x)) - x| relative to the amax of
+/// x's block (super-block for K-quants).
+fn quant_budget(ty: GgmlType) -> f32 {
+    match ty {
+        GgmlType::F32 => 0.0,
+        GgmlType::F16 => 1e-3,
+        GgmlType::BF16 => 4e-3,
+        GgmlType::Q8_0 | GgmlType::Q8_1 => 0.5 / 127.0 + 1e-3,
+        GgmlType::Q8_K => 0.5 / 127.0 + 1e-6,
+        GgmlType::Q4_0 => 1.0 / 8.0 + 1e-3,
+        GgmlType::Q5_0 => 1.0 / 16.0 + 1e-3,
+        GgmlType::Q4_1 => 2.0 / 30.0 + 2e-3,
+        GgmlType::Q5_1 => 2.0 / 62.0 + 2e-3,
+        GgmlType::Q4_K => 0.15,
+        GgmlType::Q5_K => 0.08,
+        GgmlType::Q6_K => 0.05,
+        _ => unreachable!("no quantizer for {ty}"),
+    }
+}
+
+const QUANT_TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn quantize_dequantize_within_budget(t in 0..QUANT_TYPES.len(), blocks in 1usize..4, seed in any::<u64>(), scale in -6i32..6) {
+        let ty = QUANT_TYPES[t];
+        prop_assert!(can_quantize(ty));
+        let mut rng = Rng(seed);
+        let n = if ty.is_quantized() { blocks * ty.block_size() } else { blocks * 33 };
+        let x: Vec<f32> = rng.vec(n).iter().map(|v| v * 2f32.powi(scale)).collect();
+        let mut bytes = vec![0u8; ty.bytes_for(n as u64).unwrap() as usize];
+        quantize_row(ty, &x, &mut bytes).unwrap();
+        let mut back = vec![0f32; n];
+        dequantize_row(ty, &bytes, &mut back).unwrap();
+        let bs = ty.block_size().max(32);
+        for (xb, yb) in x.chunks(bs).zip(back.chunks(bs)) {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = xb.iter().zip(yb).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            prop_assert!(err <= quant_budget(ty) * amax, "{}: err {} amax {}", ty, err, amax);
+        }
+    }
+}
+
+#[test]
+fn both_dispatch_paths_exist() {
+    let (s, d) = (Kernels::scalar(), Kernels::detected());
+    assert_eq!(s.isa(), "scalar");
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
+        assert_eq!(d.isa(), "avx2");
+    }
+    eprintln!(
+        "detected ISA: {}; active ISA: {}",
+        d.isa(),
+        statelm_quant::active_isa()
+    );
+    for ty in DOT_TYPES {
+        assert!(s.supports(ty) && d.supports(ty), "{ty}");
+    }
+    assert!(!s.supports(GgmlType::I32));
+}
+
+#[test]
+fn vec_dot_rejects_bad_lengths() {
+    let k = Kernels::detected();
+    let w = vec![0u8; 34];
+    let a = vec![0u8; 34];
+    assert!(k.vec_dot(GgmlType::Q8_0, 32, &w, &a).is_ok());
+    assert!(k.vec_dot(GgmlType::Q8_0, 32, &w[..33], &a).is_err());
+    assert!(k.vec_dot(GgmlType::Q8_0, 32, &w, &a[..30]).is_err());
+    assert!(k.vec_dot(GgmlType::Q8_0, 31, &w, &a).is_err());
+    assert!(k.vec_dot(GgmlType::I8, 34, &w, &a).is_err());
+}
+
+#[test]
+fn extreme_codes_do_not_saturate() {
+    // All-max codes with the largest activations exercise maddubs limits.
+    let (scalar, simd) = (Kernels::scalar(), Kernels::detected());
+    let x = vec![-1.0f32; 512];
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        for fill in [0x00u8, 0xff, 0x80, 0x7f] {
+            let mut w = vec![fill; ty.bytes_for(512).unwrap() as usize];
+            for block in w.chunks_exact_mut(ty.block_bytes()) {
+                for &(off, _) in common::f16_fields(ty) {
+                    block[off..off + 2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+                }
+            }
+            let (a, _) = quantized_acts(&scalar, ty, &x);
+            let s = scalar.vec_dot(ty, 512, &w, &a).unwrap();
+            let v = simd.vec_dot(ty, 512, &w, &a).unwrap();
+            assert!(
+                (s - v).abs() <= 1e-5 * s.abs().max(1.0),
+                "{ty} fill {fill:#x}: {s} vs {v}"
+            );
+        }
+    }
+}
