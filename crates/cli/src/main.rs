@@ -59,11 +59,13 @@ enum Command {
     Pull(commands::pull::PullArgs),
     /// Show what is in a GGUF file, or describe this device.
     Inspect(commands::inspect::InspectArgs),
-    /// Generate text from a prompt, streaming tokens to stdout.
+    // Plain comments on run/chat/serve/tokenize/logits/perplexity: without a doc comment here,
+    // clap shows the Args struct's doc (with its examples) in `--help`.
+    // Generate text from a prompt, streaming tokens to stdout.
     Run(commands::run::RunArgs),
-    /// Interactive chat that keeps the conversation's State across turns.
+    // Interactive chat that keeps the conversation's State across turns.
     Chat(commands::chat::ChatArgs),
-    /// Serve an OpenAI-compatible HTTP API.
+    // Serve an OpenAI-compatible HTTP API.
     Serve(commands::serve::ServeArgs),
     /// Measure prefill/decode speed, memory and the bandwidth roofline.
     Bench(commands::bench::BenchArgs),
@@ -71,11 +73,11 @@ enum Command {
     Plan(commands::plan::PlanArgs),
     /// Requantize a GGUF file (q8_0, q4_0, q5_0, q4_k, q6_k, q4_k_m).
     Quantize(commands::quantize::QuantizeArgs),
-    /// Tokenize text with a model's tokenizer.
+    // Tokenize text with a model's tokenizer.
     Tokenize(commands::tokenize::TokenizeArgs),
-    /// Teacher-forced top-K logits at every position of an input.
+    // Teacher-forced top-K logits at every position of an input.
     Logits(commands::logits::LogitsArgs),
-    /// Perplexity of a model on a text file.
+    // Perplexity of a model on a text file.
     Perplexity(commands::perplexity::PerplexityArgs),
     /// Describe this device and the memory-pressure sources statelm will use.
     Doctor(commands::doctor::DoctorArgs),

@@ -1,14 +1,544 @@
 //! `statelm chat`: interactive chat that keeps the conversation's State across turns.
+//!
+//! Each turn appends only the new text to the session (the text that closes the previous
+//! answer, the user's message and the generation prompt, derived from the model's chat
+//! template), so the conversation is never recomputed. Whatever happens to the context —
+//! trimmed under the token budget, spilled, restored, evicted under memory pressure — is shown
+//! as a dim line on stderr, e.g. `[context trimmed: kept 512 of 2048 tokens]`.
 
+use super::run::{
+    attach_monitor, exit_interrupted, load_model, memory_notice, non_negative, parse_kv, runtime,
+    stats_line, Style,
+};
 use crate::Ctx;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use statelm_engine::{
+    ChatMessage, Engine, EngineConfig, EngineHandle, Event, GenerateRequest, Input, SamplingParams,
+    SessionId, SessionOptions,
+};
+use statelm_model::{KvType, Model};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::mpsc;
 
-/// Interactive chat that keeps the conversation's State across turns.
+/// Interactive chat that keeps the conversation's State across turns
+///
+/// Type a message and press Enter; the answer streams as it is generated. Ctrl-C stops the
+/// answer (at the prompt, pressed twice, it quits: exit code 130); Ctrl-D or /quit quits. With stdin not a terminal, each
+/// line is one user message (or command) and the chat ends at end of input.
+///
+/// Commands: /reset, /save FILE, /load FILE, /stats, /system TEXT, /help, /quit.
+///
+/// Examples:
+///   statelm chat
+///   statelm chat -m qwen2.5-coder-0.5b --system "You are a terse assistant."
+///   statelm chat --budget 256 --max-tokens 64       # watch the context being trimmed
+///   printf 'Hi!\n/stats\n' | statelm chat --temp 0
 #[derive(Debug, clap::Args)]
-pub struct ChatArgs {}
+#[command(verbatim_doc_comment)]
+pub struct ChatArgs {
+    /// Model file or short name (default: gemma3-270m, fetched when missing).
+    #[arg(short, long)]
+    model: Option<String>,
+    /// System prompt (kept when the context is trimmed).
+    #[arg(long)]
+    system: Option<String>,
+    /// Token budget of the conversation: beyond it the middle is trimmed (with a notice).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(8..))]
+    budget: u32,
+    /// Most tokens per answer.
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.7, value_parser = non_negative)]
+    temp: f32,
+    /// Random seed (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// KV cache type.
+    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    kv_type: KvType,
+    /// Do not watch the OS's memory-pressure signals (the token budget still applies).
+    #[arg(long)]
+    no_monitor: bool,
+}
 
 /// Runs the command.
 pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
-    let _ = (args, ctx);
-    anyhow::bail!("`statelm chat` is not implemented yet")
+    let (_, model) = load_model(ctx, args.model.as_deref())?;
+    let budget = args.budget as usize;
+    let config = EngineConfig {
+        session_capacity: budget,
+        token_budget: budget,
+        kv_type: args.kv_type,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(model.clone(), config);
+    let _monitor = if args.no_monitor {
+        None
+    } else {
+        attach_monitor(&engine)
+    };
+    let mut repl = Repl::new(args, engine, model);
+    match runtime()?.block_on(repl.run())? {
+        End::Eof if repl.failed > 0 && !repl.interactive => {
+            anyhow::bail!("{} of the turns failed", repl.failed)
+        }
+        End::Eof => Ok(()),
+        End::Interrupted => exit_interrupted(),
+    }
+}
+
+/// How the text of a turn is built from the chat template: what closes an answer and opens
+/// the next user message, and what follows a user message up to the generation prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TurnText {
+    between: String,
+    after_user: String,
+}
+
+const SENT_U: &str = "\u{1}U\u{1}";
+const SENT_A: &str = "\u{1}A\u{1}";
+const SENT_V: &str = "\u{1}V\u{1}";
+
+impl TurnText {
+    /// Derives the turn texts by rendering the template with marker messages; `None` when the
+    /// template does not render conversations in a way this can use.
+    fn derive(model: &Model) -> Option<TurnText> {
+        let tok = model.tokenizer();
+        let one = tok
+            .render_chat(&[ChatMessage::new("user", SENT_U)], true)
+            .ok()?;
+        let after_user = one.get(one.find(SENT_U)? + SENT_U.len()..)?.to_string();
+        let three = tok
+            .render_chat(
+                &[
+                    ChatMessage::new("user", SENT_U),
+                    ChatMessage::new("assistant", SENT_A),
+                    ChatMessage::new("user", SENT_V),
+                ],
+                true,
+            )
+            .ok()?;
+        let a_end = three.find(SENT_A)? + SENT_A.len();
+        let v_start = three.find(SENT_V)?;
+        let between = three.get(a_end..v_start)?.to_string();
+        let tail = three.get(v_start + SENT_V.len()..)?;
+        (tail == after_user).then_some(TurnText {
+            between,
+            after_user,
+        })
+    }
+}
+
+/// How the REPL ended.
+enum End {
+    Eof,
+    Interrupted,
+}
+
+/// What a command asks the loop to do.
+enum Flow {
+    Continue,
+    Quit,
+}
+
+struct Repl<'a> {
+    args: &'a ChatArgs,
+    engine: EngineHandle,
+    model: Arc<Model>,
+    style: Style,
+    interactive: bool,
+    system: Option<String>,
+    session: Option<SessionId>,
+    /// The session holds a conversation (the next turn continues it).
+    started: bool,
+    /// The conversation as messages (used when the template gives no [`TurnText`]).
+    messages: Vec<ChatMessage>,
+    turns: Option<TurnText>,
+    failed: usize,
+}
+
+/// Reads stdin lines on a thread (stdin reads block).
+fn spawn_line_reader() -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Ctrl-C presses, as a channel (the handler stays installed: Ctrl-C never kills the chat).
+fn spawn_interrupts() -> mpsc::Receiver<()> {
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if tx.send(()).await.is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<'a> Repl<'a> {
+    fn new(args: &'a ChatArgs, engine: EngineHandle, model: Arc<Model>) -> Repl<'a> {
+        let turns = TurnText::derive(&model);
+        if turns.is_none() {
+            tracing::info!("chat template gives no turn texts; each turn resends the conversation");
+        }
+        Repl {
+            args,
+            engine,
+            model,
+            style: Style::detect(),
+            interactive: std::io::stdin().is_terminal(),
+            system: args.system.clone(),
+            session: None,
+            started: false,
+            messages: Vec::new(),
+            turns,
+            failed: 0,
+        }
+    }
+
+    fn notice(&self, text: &str) {
+        eprintln!("{}", self.style.dim_err(text));
+    }
+
+    async fn run(&mut self) -> Result<End> {
+        let mut lines = spawn_line_reader();
+        let mut interrupts = spawn_interrupts();
+        // Ctrl-C at the prompt quits only when pressed twice in a row.
+        let mut armed = false;
+        if self.interactive {
+            self.notice(&format!(
+                "statelm chat: token budget {}, /help for commands, Ctrl-D to quit",
+                self.args.budget
+            ));
+        }
+        loop {
+            if self.interactive {
+                print!("> ");
+                std::io::stdout().flush()?;
+            }
+            let line = tokio::select! {
+                line = lines.recv() => line,
+                Some(()) = interrupts.recv() => {
+                    if std::mem::replace(&mut armed, true) {
+                        return Ok(End::Interrupted);
+                    }
+                    println!();
+                    self.notice("[Ctrl-C again to quit, or Ctrl-D]");
+                    continue;
+                }
+            };
+            armed = false;
+            let Some(line) = line else { break };
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let result = match line.strip_prefix('/') {
+                Some(cmd) => self.command(cmd).await,
+                None => self
+                    .turn(line, &mut interrupts)
+                    .await
+                    .map(|()| Flow::Continue),
+            };
+            match result {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Quit) => break,
+                Err(e) => {
+                    self.failed += 1;
+                    eprintln!("error: {e:#}");
+                }
+            }
+        }
+        if self.interactive {
+            println!();
+        }
+        Ok(End::Eof)
+    }
+
+    /// Tokenizes like the engine does for prompts.
+    fn encode(&self, text: &str) -> Vec<u32> {
+        let tok = self.model.tokenizer();
+        let mut ids = tok.encode(text, true, true).unwrap_or_default();
+        if let Some(bos) = tok.bos_id() {
+            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                ids.remove(0);
+            }
+        }
+        ids
+    }
+
+    /// Tokens of the system prompt at the start of `first_turn` (pinned against trimming).
+    fn pinned_prefix(&self, first_turn: &str) -> Option<usize> {
+        let sys = self.system.as_deref()?;
+        let probe = self
+            .model
+            .tokenizer()
+            .render_chat(
+                &[
+                    ChatMessage::new("system", sys),
+                    ChatMessage::new("user", SENT_U),
+                ],
+                true,
+            )
+            .ok()?;
+        let cut = probe.find(SENT_U)?;
+        Some(common_prefix(
+            &self.encode(&probe[..cut]),
+            &self.encode(first_turn),
+        ))
+    }
+
+    /// The conversation so far plus `text`, with the system prompt first.
+    fn conversation_with(&self, text: &str) -> Vec<ChatMessage> {
+        let mut conv: Vec<ChatMessage> = self
+            .system
+            .iter()
+            .map(|s| ChatMessage::new("system", s.clone()))
+            .collect();
+        conv.extend(self.messages.iter().cloned());
+        conv.push(ChatMessage::new("user", text));
+        conv
+    }
+
+    /// The engine input of a user message, and the session to run it in.
+    async fn prepare(&mut self, text: &str) -> Result<(SessionId, Input)> {
+        let input = match (&self.turns, self.started) {
+            (Some(t), true) => Input::Append(format!("{}{text}{}", t.between, t.after_user)),
+            (Some(_), false) => {
+                let conv = self.conversation_with(text);
+                let rendered = self.model.tokenizer().render_chat(&conv, true)?;
+                Input::Append(rendered)
+            }
+            (None, _) => Input::Chat(self.conversation_with(text)),
+        };
+        if let Some(id) = self.session {
+            return Ok((id, input));
+        }
+        let pinned_prefix = match &input {
+            Input::Append(first) => self.pinned_prefix(first),
+            _ => None,
+        };
+        let id = self
+            .engine
+            .create_session(SessionOptions {
+                token_budget: Some(self.args.budget as usize),
+                pinned_prefix,
+                system_prompt: None,
+            })
+            .await?;
+        self.session = Some(id);
+        Ok((id, input))
+    }
+
+    fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.args.temp,
+            seed: self.args.seed,
+            ..SamplingParams::default()
+        }
+    }
+
+    /// One user message and its streamed answer.
+    async fn turn(&mut self, text: &str, interrupts: &mut mpsc::Receiver<()>) -> Result<()> {
+        let (session, input) = self.prepare(text).await?;
+        let mut stream = self.engine.generate(GenerateRequest {
+            session,
+            input,
+            sampling: self.sampling(),
+            stop: Vec::new(),
+            max_tokens: self.args.max_tokens,
+        });
+        let (mut answer, mut line_open, mut cancelled) = (String::new(), false, false);
+        let mut out = std::io::stdout();
+        let done = loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                Some(()) = interrupts.recv(), if !cancelled => {
+                    cancelled = true;
+                    stream.cancel();
+                    continue;
+                }
+            };
+            match item
+                .context("the engine stopped")?
+                .context("generation failed")?
+            {
+                Event::Token { text: t, .. } | Event::Text { text: t } => {
+                    let t = if answer.is_empty() {
+                        t.trim_start().to_string()
+                    } else {
+                        t
+                    };
+                    out.write_all(t.as_bytes())?;
+                    out.flush()?;
+                    line_open |= !t.is_empty();
+                    answer.push_str(&t);
+                }
+                Event::Done(d) => break d,
+                other => {
+                    if let Some(n) = memory_notice(&other) {
+                        if std::mem::take(&mut line_open) {
+                            println!();
+                        }
+                        self.notice(&n);
+                    }
+                }
+            }
+        };
+        println!();
+        if cancelled {
+            self.notice("[interrupted]");
+        }
+        tracing::info!("{}", stats_line(&done));
+        self.started = true;
+        self.messages.push(ChatMessage::new("user", text));
+        self.messages.push(ChatMessage::new("assistant", answer));
+        Ok(())
+    }
+
+    async fn command(&mut self, cmd: &str) -> Result<Flow> {
+        let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+        let rest = rest.trim();
+        match name {
+            "quit" | "exit" | "q" => return Ok(Flow::Quit),
+            "help" | "?" => self.notice(
+                "/reset  /save FILE  /load FILE  /stats  /system TEXT  /quit  (Ctrl-C stops an answer)",
+            ),
+            "reset" => {
+                self.forget_session().await;
+                self.notice("[conversation reset]");
+            }
+            "system" => {
+                self.system = (!rest.is_empty()).then(|| rest.to_string());
+                self.forget_session().await;
+                self.notice(match self.system {
+                    Some(_) => "[system prompt set; new conversation]",
+                    None => "[system prompt cleared; new conversation]",
+                });
+            }
+            "save" => self.save(rest).await?,
+            "load" => self.load(rest).await?,
+            "stats" => self.stats().await?,
+            other => self.notice(&format!("[unknown command /{other}; /help lists them]")),
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn forget_session(&mut self) {
+        if let Some(id) = self.session.take() {
+            let _ = self.engine.close_session(id).await;
+        }
+        self.started = false;
+        self.messages.clear();
+    }
+
+    async fn save(&self, file: &str) -> Result<()> {
+        anyhow::ensure!(!file.is_empty(), "usage: /save FILE");
+        let Some(id) = self.session else {
+            self.notice("[nothing to save yet]");
+            return Ok(());
+        };
+        self.engine
+            .save_session(id, Path::new(file))
+            .await
+            .with_context(|| format!("cannot save to {file}"))?;
+        self.notice(&format!("[conversation saved to {file}]"));
+        Ok(())
+    }
+
+    async fn load(&mut self, file: &str) -> Result<()> {
+        anyhow::ensure!(!file.is_empty(), "usage: /load FILE");
+        let id = self
+            .engine
+            .load_session(Path::new(file))
+            .await
+            .with_context(|| format!("cannot load {file}"))?;
+        self.forget_session().await;
+        let info = self.engine.session_info(id).await?;
+        self.session = Some(id);
+        self.started = info.history_tokens > 0;
+        self.notice(&format!(
+            "[conversation loaded from {file}: {} tokens]",
+            info.history_tokens
+        ));
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<()> {
+        let Some(id) = self.session else {
+            self.notice(&format!(
+                "[no conversation yet; token budget {}]",
+                self.args.budget
+            ));
+            return Ok(());
+        };
+        let i = self.engine.session_info(id).await?;
+        self.notice(&format!(
+            "[state {} tokens (history {}), KV {:.1} KiB, budget {} (now {}), pinned {}, \
+             last {:.1} tok/s{}{}]",
+            i.state_tokens,
+            i.history_tokens,
+            i.kv_bytes as f64 / 1024.0,
+            i.token_budget,
+            i.effective_budget,
+            i.pinned_prefix,
+            i.last_decode_tokens_per_s,
+            if i.trimmed { ", trimmed" } else { "" },
+            if i.spilled { ", spilled" } else { "" },
+        ));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix() {
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4]), 2);
+        assert_eq!(common_prefix(&[], &[1]), 0);
+    }
+
+    /// Appending turn texts builds exactly what the template renders for the conversation.
+    #[test]
+    fn turn_texts_rebuild_the_template() {
+        let paths = [
+            statelm_model::testing::gemma_path(),
+            statelm_model::testing::qwen_path(),
+        ];
+        for path in paths.into_iter().flatten() {
+            let model = Model::load(&path, &Default::default()).expect("model loads");
+            let t = TurnText::derive(&model).expect("turn texts");
+            let tok = model.tokenizer();
+            let conv = [
+                ChatMessage::new("system", "Be brief."),
+                ChatMessage::new("user", "Hi"),
+                ChatMessage::new("assistant", "Hello there."),
+                ChatMessage::new("user", "How are you?"),
+            ];
+            let full = tok.render_chat(&conv, true).unwrap();
+            let first = tok.render_chat(&conv[..2], true).unwrap();
+            let (between, after) = (&t.between, &t.after_user);
+            let built = format!("{first}Hello there.{between}How are you?{after}");
+            assert_eq!(built, full, "{}", path.display());
+        }
+    }
 }

@@ -1,14 +1,166 @@
 //! `statelm logits`: teacher-forced top-K logits at every position of an input.
 
+use super::run::{load_model, parse_kv};
 use crate::Ctx;
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use statelm_model::ops::log_sum_exp;
+use statelm_model::{ForwardOptions, KvType, LogitsMode, Model, StateOptions};
 
-/// Teacher-forced top-K logits at every position of an input.
+/// Positions whose logits are computed in one forward call (bounds the logits buffer).
+const CHUNK: usize = 32;
+
+/// Teacher-forced top-K logits at every position of an input
+///
+/// Feeds the whole input and prints, after every position, the top-K `[id, logit]` pairs and
+/// the log-sum-exp of the full logit vector. Row i is the model's prediction after input
+/// token i (for the token at i + 1). The text is tokenized with BOS as the model's metadata
+/// says (not with --no-bos).
+///
+/// Examples:
+///   statelm logits --text "The capital of France is"
+///   statelm logits --tokens 2,651,6207,529,7001,563 --top 20 --json
+///   statelm logits -m qwen2.5-coder-0.5b --text "def f(x):" --kv-type f16
 #[derive(Debug, clap::Args)]
-pub struct LogitsArgs {}
+#[command(verbatim_doc_comment)]
+pub struct LogitsArgs {
+    /// Model file or short name (default: gemma3-270m, fetched when missing).
+    #[arg(short, long)]
+    model: Option<String>,
+    /// Input text.
+    #[arg(long, required_unless_present = "tokens", conflicts_with = "tokens")]
+    text: Option<String>,
+    /// Input token ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    tokens: Option<Vec<u32>>,
+    /// Logits to show per position.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    top: u32,
+    /// Do not add BOS to --text.
+    #[arg(long)]
+    no_bos: bool,
+    /// Parse special-token texts in --text.
+    #[arg(long)]
+    special: bool,
+    /// KV cache type (f32 is the precise reference).
+    #[arg(long, default_value = "f32", value_parser = parse_kv)]
+    kv_type: KvType,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One position's result.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    pos: usize,
+    token: u32,
+    lse: f32,
+    top: Vec<(u32, f32)>,
+}
+
+/// The `k` largest logits (ties: the lower id first).
+fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut idx: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let k = k.min(idx.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    idx.select_nth_unstable_by(k - 1, order);
+    idx.truncate(k);
+    idx.sort_by(order);
+    idx
+}
+
+/// Runs `tokens` through a fresh state, returning every position's row.
+fn teacher_force(model: &Model, tokens: &[u32], kv_type: KvType, top: usize) -> Result<Vec<Row>> {
+    let mut state = model.new_state_with(StateOptions {
+        capacity: tokens.len(),
+        kv_type,
+    })?;
+    let mut rows = Vec::with_capacity(tokens.len());
+    for chunk in tokens.chunks(CHUNK) {
+        let logits = model.forward_with(
+            &mut state,
+            chunk,
+            ForwardOptions {
+                logits: Some(LogitsMode::LastN(chunk.len())),
+                ..ForwardOptions::default()
+            },
+        )?;
+        for r in 0..logits.rows() {
+            let row = logits.row(r);
+            let pos = rows.len();
+            rows.push(Row {
+                pos,
+                token: tokens[pos],
+                lse: log_sum_exp(row),
+                top: top_k(row, top),
+            });
+        }
+    }
+    Ok(rows)
+}
 
 /// Runs the command.
 pub fn run(args: &LogitsArgs, ctx: &Ctx) -> Result<()> {
-    let _ = (args, ctx);
-    anyhow::bail!("`statelm logits` is not implemented yet")
+    let (_, model) = load_model(ctx, args.model.as_deref())?;
+    let tok = model.tokenizer();
+    let tokens = match (&args.tokens, &args.text) {
+        (Some(t), _) => t.clone(),
+        (None, Some(text)) => tok
+            .encode(text, !args.no_bos, args.special)
+            .context("cannot tokenize the text")?,
+        (None, None) => bail!("give --text or --tokens"),
+    };
+    if tokens.is_empty() {
+        bail!("the input has no tokens");
+    }
+    let rows = teacher_force(&model, &tokens, args.kv_type, args.top as usize)
+        .context("forward pass failed")?;
+    if args.json {
+        let v = json!({"tokens": tokens, "kv_type": args.kv_type.name(), "positions": rows});
+        println!("{v}");
+        return Ok(());
+    }
+    let piece = |id: u32| {
+        format!(
+            "{:?}",
+            String::from_utf8_lossy(tok.token_bytes(id).unwrap_or_default())
+        )
+    };
+    for r in &rows {
+        let top: Vec<String> = r
+            .top
+            .iter()
+            .map(|&(id, l)| format!("{id} {} {l:.3}", piece(id)))
+            .collect();
+        println!(
+            "{:>5} {:>7} {:<14} lse {:>8.3} | {}",
+            r.pos,
+            r.token,
+            piece(r.token),
+            r.lse,
+            top.join(", ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    #[test]
+    fn top_k_orders_by_logit_then_id() {
+        let v = [1.0, 3.0, 3.0, -1.0, 2.0];
+        assert_eq!(top_k(&v, 3), vec![(1, 3.0), (2, 3.0), (4, 2.0)]);
+        assert_eq!(top_k(&v, 10).len(), 5);
+        assert!(top_k(&[], 3).is_empty());
+    }
 }

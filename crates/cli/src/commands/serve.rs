@@ -1,14 +1,116 @@
 //! `statelm serve`: serve an OpenAI-compatible HTTP API.
 
+use super::run::{attach_monitor, load_model, model_id, parse_kv, runtime};
 use crate::Ctx;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use statelm_engine::{Engine, EngineConfig};
+use statelm_model::KvType;
+use statelm_server::ServerConfig;
+use std::time::Duration;
 
-/// Serve an OpenAI-compatible HTTP API.
+/// Serve an OpenAI-compatible HTTP API (chat and text completions, streaming or not)
+///
+/// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+/// GET /metrics (Prometheus). A chat that resends its conversation reuses the State of its
+/// earlier turns (`usage.prompt_tokens_details.cached_tokens`). Memory events (context
+/// trimmed, spilled, restored, evicted) are reported in a `statelm` field of stream chunks
+/// and replies, and in the `x-statelm-events` header. SIGINT/SIGTERM shut down gracefully.
+///
+/// Examples:
+///   statelm serve
+///   statelm serve -m qwen2.5-coder-0.5b --port 9000 --api-key secret
+///   STATELM_API_KEY=secret statelm serve --host 0.0.0.0 --budget 2048 --max-sessions 8
+///   curl localhost:8080/v1/chat/completions -H 'content-type: application/json' \
+///     -d '{"model": "statelm", "messages": [{"role": "user", "content": "Hi"}]}'
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {}
+#[command(verbatim_doc_comment)]
+pub struct ServeArgs {
+    /// Model file or short name (default: gemma3-270m, fetched when missing).
+    #[arg(short, long)]
+    model: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long, env = "STATELM_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Token budget of each conversation: beyond it the middle is trimmed (and reported).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(8..))]
+    budget: u32,
+    /// Conversations kept for reuse (engine sessions).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_sessions: u32,
+    /// Largest prompt in tokens (longer: 400; prompts over --budget are trimmed, and say so).
+    #[arg(long, default_value_t = 32768)]
+    max_prompt_tokens: usize,
+    /// Largest max_tokens a request may ask for.
+    #[arg(long, default_value_t = 8192)]
+    max_tokens_limit: usize,
+    /// Model id reported by /v1/models (default: the short name or the file's stem).
+    #[arg(long)]
+    name: Option<String>,
+    /// KV cache type.
+    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    kv_type: KvType,
+    /// Seconds in-flight requests may run after a shutdown signal.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace: u64,
+    /// Do not watch the OS's memory-pressure signals (the token budget still applies).
+    #[arg(long)]
+    no_monitor: bool,
+}
 
 /// Runs the command.
 pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
-    let _ = (args, ctx);
-    anyhow::bail!("`statelm serve` is not implemented yet")
+    let (path, model) = load_model(ctx, args.model.as_deref())?;
+    let id = args
+        .name
+        .clone()
+        .unwrap_or_else(|| model_id(args.model.as_deref(), &path));
+    let budget = args.budget as usize;
+    let engine = Engine::start(
+        model.clone(),
+        EngineConfig {
+            max_sessions: args.max_sessions as usize,
+            session_capacity: budget,
+            token_budget: budget,
+            kv_type: args.kv_type,
+            ..EngineConfig::default()
+        },
+    );
+    let _monitor = if args.no_monitor {
+        None
+    } else {
+        attach_monitor(&engine)
+    };
+    let mut cfg = ServerConfig::new(model, id.clone());
+    if let Some(stem) = path.file_stem() {
+        cfg.aliases.push(stem.to_string_lossy().into_owned());
+    }
+    cfg.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    cfg.max_sessions = args.max_sessions as usize;
+    cfg.token_budget = Some(budget);
+    cfg.max_prompt_tokens = args.max_prompt_tokens;
+    cfg.max_tokens_limit = args.max_tokens_limit.max(1);
+    cfg.default_max_tokens = cfg.default_max_tokens.min(cfg.max_tokens_limit);
+    cfg.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    let auth = if cfg.api_key.is_some() {
+        "API key required"
+    } else {
+        "no API key"
+    };
+    runtime()?.block_on(async {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        eprintln!("statelm: serving {id} on http://{local}/v1 ({auth}; Ctrl-C to stop)");
+        statelm_server::serve(listener, engine, cfg).await?;
+        eprintln!("statelm: stopped");
+        Ok(())
+    })
 }

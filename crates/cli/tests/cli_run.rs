@@ -1,0 +1,128 @@
+//! `statelm run`, and clean failures on a corrupt model file.
+
+mod cli_common;
+
+use cli_common::{assert_clean_failure, gemma, run, text};
+
+#[test]
+fn run_streams_text_and_exits_0() {
+    let Some(model) = gemma() else { return };
+    let o = run(
+        &[
+            "run",
+            "-m",
+            &model,
+            "-p",
+            "The capital of France is",
+            "-n",
+            "8",
+        ],
+        "",
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(!out.trim().is_empty(), "no text: {err}");
+    // Not a terminal: the prompt is not echoed, the statistics go to stderr, no ANSI codes.
+    assert!(!out.contains("The capital of France is"), "{out}");
+    assert!(
+        err.contains("[prompt 6 tokens (0 cached), 8 generated"),
+        "{err}"
+    );
+    assert!(!out.contains('\x1b') && !err.contains('\x1b'));
+    // Greedy is the default: the same run gives the same text, also through --json.
+    let o = run(
+        &[
+            "run",
+            "-m",
+            &model,
+            "-p",
+            "The capital of France is",
+            "-n",
+            "8",
+            "--json",
+        ],
+        "",
+    );
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["text"].as_str().unwrap().trim(), out.trim());
+    assert_eq!(v["generated_tokens"], 8);
+    assert_eq!(v["stop_reason"], "max tokens");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec!["run"],
+        vec!["run", "-p", "x", "--temp=-1"],
+        vec!["run", "-p", "x", "--kv-type", "q3"],
+        vec!["tokenize"],
+        vec!["logits", "--text", "a", "--tokens", "1"],
+        vec!["chat", "--budget", "2"],
+        vec!["serve", "--port", "99999"],
+    ] {
+        let o = run(&args, "");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o).1);
+    }
+}
+
+#[test]
+fn corrupt_model_is_a_one_line_error() {
+    let Some(model) = gemma() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(&model).unwrap();
+    for (name, len) in [
+        ("head.gguf", 4096),
+        ("half.gguf", bytes.len() / 2),
+        ("tiny.gguf", 10),
+    ] {
+        let p = cli_common::write(dir.path(), name, &bytes[..len]);
+        let p = p.to_str().unwrap();
+        assert_clean_failure(&run(&["inspect", "-m", p], ""), &format!("inspect {name}"));
+        assert_clean_failure(
+            &run(&["run", "-m", p, "-p", "hi", "-n", "2"], ""),
+            &format!("run {name}"),
+        );
+    }
+    let o = run(&["run", "-m", "/nonexistent/model.gguf", "-p", "hi"], "");
+    assert_clean_failure(&o, "missing file");
+}
+
+#[test]
+fn ctrl_c_stops_the_generation_with_exit_130() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let Some(model) = gemma() else { return };
+    let mut child = cli_common::statelm()
+        .args([
+            "run",
+            "-m",
+            &model,
+            "-p",
+            "Count from 1 to 1000: 1, 2, 3,",
+            "-n",
+            "3000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("statelm run starts");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("stop: interrupted]"), "{err}");
+}

@@ -1,0 +1,137 @@
+//! Server configuration.
+
+use statelm_model::Model;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the server runs. Build it with [`ServerConfig::new`] and change what you need.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The model the engine serves (its tokenizer picks sessions for conversation reuse and
+    /// checks prompt sizes and `logit_bias` ids).
+    pub model: Arc<Model>,
+    /// The id `/v1/models` reports and replies carry.
+    pub model_id: String,
+    /// Other names requests may use for the model (`"statelm"` is always accepted).
+    pub aliases: Vec<String>,
+    /// Bearer key every `/v1/*` request must present (`None`: no authentication).
+    pub api_key: Option<String>,
+    /// Largest request body in bytes (larger: 413).
+    pub max_body_bytes: usize,
+    /// Largest prompt in tokens (larger: 400 `context_length_exceeded`). Prompts over a
+    /// session's token budget but under this limit are trimmed by the engine, which says so.
+    pub max_prompt_tokens: usize,
+    /// Largest `max_tokens` a request may ask for.
+    pub max_tokens_limit: usize,
+    /// `max_tokens` of requests that do not set it.
+    pub default_max_tokens: usize,
+    /// Most engine sessions the server keeps (conversations reusable at once). Should match
+    /// the engine's `max_sessions`.
+    pub max_sessions: usize,
+    /// Token budget of each session (`None`: the engine's default).
+    pub token_budget: Option<usize>,
+    /// On shutdown, how long in-flight generations may run before they are cancelled.
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("model_id", &self.model_id)
+            .field("aliases", &self.aliases)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_prompt_tokens", &self.max_prompt_tokens)
+            .field("max_tokens_limit", &self.max_tokens_limit)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("max_sessions", &self.max_sessions)
+            .field("token_budget", &self.token_budget)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl ServerConfig {
+    /// Defaults: no API key, 1 MiB bodies, prompts up to 32768 tokens, `max_tokens` up to
+    /// 8192 (default 1024), 16 sessions, the engine's token budget, 10 s shutdown grace.
+    /// The model's `general.name` is accepted as an alias.
+    pub fn new(model: Arc<Model>, model_id: impl Into<String>) -> ServerConfig {
+        let mut aliases = Vec::new();
+        if let Ok(Some(name)) = model.gguf().opt_str("general.name") {
+            aliases.push(name.to_string());
+        }
+        ServerConfig {
+            model,
+            model_id: model_id.into(),
+            aliases,
+            api_key: None,
+            max_body_bytes: 1 << 20,
+            max_prompt_tokens: 32768,
+            max_tokens_limit: 8192,
+            default_max_tokens: 1024,
+            max_sessions: 16,
+            token_budget: None,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+
+    /// Whether a request's `model` names the served model. Lenient: `"statelm"`, the id and
+    /// the aliases match ignoring case and punctuation, and so does a prefix of them
+    /// (`"gemma3"` for `"gemma3-270m"`) or a name they are a prefix of.
+    pub fn accepts_model(&self, requested: &str) -> bool {
+        let names: Vec<&str> = std::iter::once(self.model_id.as_str())
+            .chain(self.aliases.iter().map(String::as_str))
+            .collect();
+        name_matches(requested, &names)
+    }
+}
+
+/// See [`ServerConfig::accepts_model`].
+fn name_matches(requested: &str, names: &[&str]) -> bool {
+    let want = normalize(requested);
+    if want.is_empty() || want == "statelm" || want == "default" {
+        return true;
+    }
+    names
+        .iter()
+        .map(|n| normalize(n))
+        .filter(|n| !n.is_empty())
+        .any(|n| n == want || (want.len() >= 4 && (n.starts_with(&want) || want.starts_with(&n))))
+}
+
+/// Lowercase letters and digits only.
+fn normalize(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{name_matches, normalize};
+
+    #[test]
+    fn normalizes_names() {
+        assert_eq!(normalize("Gemma-3 270M_q4"), "gemma3270mq4");
+        assert_eq!(normalize("--"), "");
+    }
+
+    #[test]
+    fn model_names_are_matched_leniently() {
+        let names = ["gemma3-270m", "Gemma 3 270m"];
+        for ok in [
+            "statelm",
+            "",
+            "gemma3-270m",
+            "GEMMA-3-270M",
+            "gemma3",
+            "gemma3-270m-it",
+        ] {
+            assert!(name_matches(ok, &names), "{ok}");
+        }
+        for bad in ["gpt-4o", "llama3", "qwen2.5-coder-0.5b", "gem"] {
+            assert!(!name_matches(bad, &names), "{bad}");
+        }
+    }
+}

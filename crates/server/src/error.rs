@@ -1,0 +1,174 @@
+//! Errors: OpenAI-style JSON error replies, and the error of [`crate::serve`].
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use statelm_engine::EngineError;
+
+/// Why [`crate::serve`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// Accepting or serving connections failed.
+    #[error("server i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An error reply: `{"error": {"message", "type", "param", "code"}}` with an HTTP status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, for people.
+    pub message: String,
+    /// OpenAI's error type (`invalid_request_error`, `authentication_error`, ...).
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    /// A machine-readable code (`model_not_found`, `context_length_exceeded`, ...).
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// A 400 `invalid_request_error`.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    /// A 400 about one field.
+    pub fn bad_param(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: Some(param.to_string()),
+            code: Some("invalid_value"),
+            ..ApiError::invalid(message)
+        }
+    }
+
+    /// A 401.
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+            kind: "authentication_error",
+            param: None,
+            code: Some("invalid_api_key"),
+        }
+    }
+
+    /// A 404 for a model this server does not serve.
+    pub fn model_not_found(requested: &str, served: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!(
+                "the model {requested:?} does not exist on this server (it serves {served:?})"
+            ),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        }
+    }
+
+    /// A 503: the server cannot take the request now.
+    pub fn overloaded(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("overloaded"),
+        }
+    }
+
+    /// A 500: a fault of the server, not of the request.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    /// Sets the HTTP status.
+    pub fn with_status(mut self, status: StatusCode) -> ApiError {
+        self.status = status;
+        self
+    }
+
+    /// Sets the code.
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let msg = e.to_string();
+        match e {
+            EngineError::PromptTooLong { .. } => {
+                ApiError::invalid(msg).with_code("context_length_exceeded")
+            }
+            EngineError::EmptyPrompt
+            | EngineError::InvalidRequest(_)
+            | EngineError::Tokenizer(_)
+            | EngineError::Model(statelm_model::ModelError::InvalidToken { .. }) => {
+                ApiError::invalid(msg)
+            }
+            EngineError::SessionBusy(_)
+            | EngineError::ShuttingDown
+            | EngineError::TooManySessions { .. } => ApiError::overloaded(msg),
+            EngineError::OverMemory { .. } => {
+                ApiError::overloaded(msg).with_code("insufficient_memory")
+            }
+            _ => ApiError::internal(msg),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_errors_map_to_statuses() {
+        let e: ApiError = EngineError::EmptyPrompt.into();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let e: ApiError = EngineError::PromptTooLong {
+            prompt_tokens: 10,
+            budget: 8,
+            pinned: 4,
+        }
+        .into();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        let e: ApiError = EngineError::ShuttingDown.into();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        let e: ApiError = EngineError::Internal("x".into()).into();
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(e.body()["error"]["type"], "server_error");
+    }
+}

@@ -1,0 +1,253 @@
+//! The routes: handlers, authentication, the body limit and the error fallbacks.
+
+use crate::error::ApiError;
+use crate::format::{event_header_item, Kind, Shape};
+use crate::generate::{self, Started};
+use crate::request::{chat_messages, parse_body, ChatRequest, CompletionRequest, Params, Prompt};
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use statelm_engine::Input;
+use std::sync::Arc;
+
+type App = State<Arc<AppState>>;
+
+/// The router of a server.
+pub(crate) fn build(app: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route_layer(middleware::from_fn_with_state(app.clone(), authenticate));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(app.cfg.max_body_bytes))
+        .layer(middleware::from_fn_with_state(app.clone(), count_responses))
+        .with_state(app)
+}
+
+/// Compares in time that depends only on the length of `expected`.
+fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != expected.len());
+    for (i, &e) in expected.iter().enumerate() {
+        diff |= given.get(i).copied().unwrap_or(0) ^ e;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+async fn authenticate(State(app): App, req: Request, next: Next) -> Response {
+    if let Some(key) = &app.cfg.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match given {
+            None => {
+                return ApiError::unauthorized(
+                    "missing API key: send it as `Authorization: Bearer KEY`",
+                )
+                .into_response()
+            }
+            Some(k) if !constant_time_eq(k.as_bytes(), key.as_bytes()) => {
+                return ApiError::unauthorized("incorrect API key").into_response()
+            }
+            Some(_) => {}
+        }
+    }
+    next.run(req).await
+}
+
+async fn count_responses(State(app): App, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    app.metrics.record(resp.status().as_u16());
+    resp
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::invalid(format!(
+        "no route for {} {}",
+        req.method(),
+        req.uri().path()
+    ))
+    .with_status(StatusCode::NOT_FOUND)
+    .with_code("not_found")
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::invalid(format!(
+        "{} is not allowed on {}",
+        req.method(),
+        req.uri().path()
+    ))
+    .with_status(StatusCode::METHOD_NOT_ALLOWED)
+    .with_code("method_not_allowed")
+}
+
+/// The body, or the error reply for one that is too large or unreadable.
+fn body(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|r| match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::invalid(format!(
+            "the request body is larger than the limit of {limit} bytes"
+        ))
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+        .with_code("request_too_large"),
+        status => ApiError::invalid(format!("cannot read the request body: {}", r.body_text()))
+            .with_status(if status.is_client_error() {
+                status
+            } else {
+                StatusCode::BAD_REQUEST
+            }),
+    })
+}
+
+async fn chat_completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Response {
+    let result = async {
+        let bytes = body(b, app.cfg.max_body_bytes)?;
+        let req: ChatRequest = parse_body(&bytes)?;
+        app.check_model(req.common.model.as_deref())?;
+        let params = req.common.validate(&app.limits())?;
+        let messages = chat_messages(&req.messages)?;
+        let prompt = app.tokenize_chat(&messages).await?;
+        let started = generate::start(&app, Input::Chat(messages), &prompt, &params).await?;
+        respond(app.clone(), app.shape(Kind::Chat), started, &params).await
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Response {
+    let result = async {
+        let bytes = body(b, app.cfg.max_body_bytes)?;
+        let req: CompletionRequest = parse_body(&bytes)?;
+        app.check_model(req.common.model.as_deref())?;
+        let params = req.common.validate(&app.limits())?;
+        let (input, prompt) = completion_input(&app, req.prompt).await?;
+        let started = generate::start(&app, input, &prompt, &params).await?;
+        respond(app.clone(), app.shape(Kind::Completion), started, &params).await
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The engine input and prompt tokens of a completion request.
+async fn completion_input(app: &AppState, prompt: Prompt) -> Result<(Input, Vec<u32>), ApiError> {
+    let text = match prompt {
+        Prompt::Text(t) => t,
+        Prompt::Texts(mut v) if v.len() == 1 => v.remove(0),
+        Prompt::Texts(v) => {
+            return Err(ApiError::bad_param(
+                "prompt",
+                format!("exactly one prompt is supported (got {})", v.len()),
+            ))
+        }
+        Prompt::Tokens(ids) => {
+            let n_vocab = app.cfg.model.config().n_vocab;
+            if ids.is_empty() {
+                return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+            }
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(ApiError::bad_param(
+                    "prompt",
+                    format!("token id {bad} is outside the vocabulary ({n_vocab} tokens)"),
+                ));
+            }
+            app.check_prompt_len(ids.len())?;
+            return Ok((Input::Tokens(ids.clone()), ids));
+        }
+    };
+    if text.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+    }
+    let ids = app.tokenize(text.clone()).await?;
+    Ok((Input::Text(text), ids))
+}
+
+/// Streams the generation, or reads it to the end and replies once.
+async fn respond(
+    app: Arc<AppState>,
+    shape: Shape,
+    started: Started,
+    params: &Params,
+) -> Result<Response, ApiError> {
+    if params.stream {
+        return Ok(crate::stream::sse_response(
+            app,
+            shape,
+            started,
+            params.include_usage,
+        ));
+    }
+    let c = generate::collect(&app, started).await?;
+    let body = shape.response(&c.text, &c.done, &c.events);
+    let mut resp = Json(body).into_response();
+    if !c.events.is_empty() {
+        let items: Vec<String> = c.events.iter().map(event_header_item).collect();
+        if let Ok(v) = HeaderValue::from_str(&items.join(", ")) {
+            resp.headers_mut().insert("x-statelm-events", v);
+        }
+    }
+    Ok(resp)
+}
+
+async fn models(State(app): App) -> Json<serde_json::Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.cfg.model_id,
+            "object": "model",
+            "created": app.started,
+            "owned_by": "statelm",
+            "aliases": app.cfg.aliases,
+        }],
+    }))
+}
+
+async fn health(State(app): App) -> Json<serde_json::Value> {
+    let stats = app.engine.stats().await;
+    Json(json!({
+        "status": "ok",
+        "model": app.cfg.model_id,
+        "sessions": stats.sessions,
+        "active_generations": stats.active_generations,
+        "pressure": stats.pressure,
+    }))
+}
+
+async fn metrics(State(app): App) -> Response {
+    let stats = app.engine.stats().await;
+    let text = crate::metrics::render(&stats, &app.metrics, app.sessions.counts());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn key_comparison() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
+        assert!(!constant_time_eq(b"secret2", b"secret"));
+        assert!(!constant_time_eq(b"", b"secret"));
+        assert!(!constant_time_eq(b"secret", b""));
+        assert!(constant_time_eq(b"", b""));
+    }
+}

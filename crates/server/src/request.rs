@@ -1,0 +1,311 @@
+//! The request bodies of `/v1/chat/completions` and `/v1/completions`, and their validation
+//! into engine parameters.
+
+use crate::error::ApiError;
+use serde::Deserialize;
+use statelm_engine::{ChatMessage, SamplingParams};
+use std::collections::HashMap;
+
+/// Most stop strings a request may give (as OpenAI).
+const MAX_STOP: usize = 4;
+
+/// `stop`: one string or several.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The fields both endpoints share. Unknown fields are ignored.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Common {
+    pub model: Option<String>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub logit_bias: Option<HashMap<String, f64>>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub n: Option<i64>,
+}
+
+/// Message content: a string, or an array of `{"type": "text", "text": ...}` parts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Content {
+    Text(String),
+    Parts(Vec<serde_json::Value>),
+}
+
+/// One chat message.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// `prompt` of `/v1/completions`: a string, one-element array of strings, or token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct CompletionRequest {
+    pub prompt: Prompt,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// What bounds a request's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Largest `max_tokens`.
+    pub max_tokens_limit: usize,
+    /// `max_tokens` when absent.
+    pub default_max_tokens: usize,
+    /// Vocabulary size (bounds `logit_bias` ids).
+    pub n_vocab: usize,
+}
+
+/// Validated generation parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Params {
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub max_tokens: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// Parses a JSON body into `T`, with a 400 that says what is wrong.
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid(
+            "the request body is empty (expected a JSON object)",
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        let what = if e.is_syntax() || e.is_eof() {
+            "the request body is not valid JSON"
+        } else {
+            "the request body does not match the API"
+        };
+        ApiError::invalid(format!("{what}: {e}"))
+    })
+}
+
+fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
+    match v {
+        Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::bad_param(
+            param,
+            format!("{param} must be between {lo} and {hi} (got {x})"),
+        )),
+        other => Ok(other.map(|x| x as f32)),
+    }
+}
+
+/// The chat messages for the engine: content parts joined, `developer` read as `system`.
+pub(crate) fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "messages must not be empty",
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match m.role.as_str() {
+                "developer" => "system",
+                r @ ("system" | "user" | "assistant" | "tool") => r,
+                other => {
+                    return Err(ApiError::bad_param(
+                        &format!("messages[{i}].role"),
+                        format!("unsupported role {other:?} (system, user, assistant, tool)"),
+                    ))
+                }
+            };
+            let content = match &m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => text_of_parts(parts, i)?,
+            };
+            Ok(ChatMessage::new(role, content))
+        })
+        .collect()
+}
+
+fn text_of_parts(parts: &[serde_json::Value], i: usize) -> Result<String, ApiError> {
+    let mut out = String::new();
+    for p in parts {
+        match (p["type"].as_str(), p["text"].as_str()) {
+            (Some("text"), Some(t)) => out.push_str(t),
+            (kind, _) => {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].content"),
+                    format!(
+                        "unsupported content part {:?} (only text parts are supported)",
+                        kind.unwrap_or("?")
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Common {
+    /// Checks every parameter (but the model name).
+    pub fn validate(&self, limits: &Limits) -> Result<Params, ApiError> {
+        if let Some(n) = self.n {
+            if n != 1 {
+                return Err(ApiError::bad_param(
+                    "n",
+                    format!("only n = 1 is supported (got {n})"),
+                ));
+            }
+        }
+        let max_tokens = self.max_tokens(limits)?;
+        let sampling = self.sampling(limits.n_vocab)?;
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > MAX_STOP {
+            return Err(ApiError::bad_param(
+                "stop",
+                format!("at most {MAX_STOP} stop strings"),
+            ));
+        }
+        let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
+        Ok(Params {
+            sampling,
+            stop,
+            max_tokens,
+            stream: self.stream.unwrap_or(false),
+            include_usage: self
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+        })
+    }
+
+    fn max_tokens(&self, cfg: &Limits) -> Result<usize, ApiError> {
+        let (param, value) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(v), _) => ("max_completion_tokens", v),
+            (None, Some(v)) => ("max_tokens", v),
+            (None, None) => return Ok(cfg.default_max_tokens.min(cfg.max_tokens_limit)),
+        };
+        if value < 1 || value as u64 > cfg.max_tokens_limit as u64 {
+            return Err(ApiError::bad_param(
+                param,
+                format!(
+                    "{param} must be between 1 and {} (got {value})",
+                    cfg.max_tokens_limit
+                ),
+            ));
+        }
+        Ok(value as usize)
+    }
+
+    fn sampling(&self, n_vocab: usize) -> Result<SamplingParams, ApiError> {
+        let mut p = SamplingParams::default();
+        if let Some(t) = in_range("temperature", self.temperature, 0.0, 2.0)? {
+            p.temperature = t;
+        }
+        if let Some(v) = self.top_p {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(ApiError::bad_param(
+                    "top_p",
+                    format!("top_p must be in (0, 1] (got {v})"),
+                ));
+            }
+            p.top_p = v as f32;
+        }
+        if let Some(k) = self.top_k {
+            if k < 0 {
+                return Err(ApiError::bad_param(
+                    "top_k",
+                    format!("top_k must be >= 0 (got {k})"),
+                ));
+            }
+            p.top_k = k as usize;
+        }
+        if let Some(v) = in_range("min_p", self.min_p, 0.0, 1.0)? {
+            p.min_p = v;
+        }
+        if let Some(v) = in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
+            p.repeat_penalty = v;
+        }
+        if let Some(v) = in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)? {
+            p.frequency_penalty = v;
+        }
+        if let Some(v) = in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)? {
+            p.presence_penalty = v;
+        }
+        for (k, &v) in self.logit_bias.iter().flatten() {
+            let id = k
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&id| (id as usize) < n_vocab);
+            let Some(id) = id else {
+                return Err(ApiError::bad_param(
+                    "logit_bias",
+                    format!("logit_bias key {k:?} is not a token id below {n_vocab}"),
+                ));
+            };
+            if !(-100.0..=100.0).contains(&v) {
+                return Err(ApiError::bad_param(
+                    "logit_bias",
+                    format!("logit_bias values must be between -100 and 100 (got {v})"),
+                ));
+            }
+            // -100 bans the token, as OpenAI documents.
+            let bias = if v <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                v as f32
+            };
+            p.logit_bias.insert(id, bias);
+        }
+        p.seed = self.seed.map(|s| s as u64);
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;

@@ -1,0 +1,288 @@
+//! Conversation reuse: a small pool of engine sessions, each remembered by its token history.
+//!
+//! A request takes the idle session that its prompt continues (a chat resending its
+//! conversation plus a new message, or a regenerated answer: the prompt shares at least half of
+//! the session's history), so only the new part is computed. Otherwise it gets a new session
+//! while the pool has room — a new conversation does not overwrite another one's cache just
+//! because both start with the same template — and else the idle session it shares the most
+//! with (least recently used first; the engine reuses whatever prefix matches). Busy sessions
+//! are never shared: concurrent requests get different sessions. The engine decides spilling
+//! and trimming; the pool only chooses.
+
+use crate::error::ApiError;
+use statelm_engine::{EngineError, EngineHandle, SessionId, SessionOptions};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Shortest match that counts as a continuation (more than a BOS token).
+const MIN_REUSE: usize = 2;
+
+#[derive(Debug)]
+struct Slot {
+    id: SessionId,
+    history: Vec<u32>,
+    trimmed: bool,
+    busy: bool,
+    last_used: u64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    slots: Vec<Slot>,
+    /// Sessions being created (counted against the limit).
+    creating: usize,
+}
+
+/// The pool of sessions.
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    engine: EngineHandle,
+    opts: SessionOptions,
+    max: usize,
+    table: Mutex<Table>,
+    clock: AtomicU64,
+}
+
+/// A session taken by one request; released (with its new history) when dropped.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pool: Arc<Sessions>,
+    /// The session.
+    pub id: SessionId,
+    /// Prompt tokens the pool expects the engine to reuse (the engine reports the real count).
+    pub expected_reuse: usize,
+    history: Vec<u32>,
+    trimmed: bool,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// How much of `prompt` the engine can reuse from a session with `history`. A trimmed
+/// session's State is a partial view: only an exact continuation reuses it.
+fn reuse_score(history: &[u32], trimmed: bool, prompt: &[u32]) -> usize {
+    if trimmed && !prompt.starts_with(history) {
+        return 0;
+    }
+    common_prefix(history, prompt)
+}
+
+enum Pick {
+    Take(usize, usize),
+    Create,
+    Full,
+}
+
+/// Whether a prompt sharing `score` tokens with a session of `history_len` tokens continues it.
+fn continues(score: usize, history_len: usize) -> bool {
+    score >= MIN_REUSE && score * 2 >= history_len
+}
+
+impl Table {
+    fn pick(&self, prompt: &[u32], max: usize) -> Pick {
+        let scored: Vec<(usize, usize, u64)> = (self.slots.iter().enumerate())
+            .filter(|(_, s)| !s.busy)
+            .map(|(i, s)| (i, reuse_score(&s.history, s.trimmed, prompt), s.last_used))
+            .collect();
+        let continued = (scored.iter())
+            .filter(|&&(i, score, _)| continues(score, self.slots[i].history.len()))
+            .max_by_key(|&&(_, score, used)| (score, used));
+        if let Some(&(i, score, _)) = continued {
+            return Pick::Take(i, score);
+        }
+        if self.slots.len() + self.creating < max {
+            return Pick::Create;
+        }
+        match scored
+            .iter()
+            .max_by_key(|&&(_, score, used)| (score, std::cmp::Reverse(used)))
+        {
+            Some(&(i, score, _)) => Pick::Take(i, score),
+            None => Pick::Full,
+        }
+    }
+}
+
+impl Sessions {
+    /// A pool of at most `max` sessions created with `opts`.
+    pub fn new(engine: EngineHandle, opts: SessionOptions, max: usize) -> Sessions {
+        Sessions {
+            engine,
+            opts,
+            max: max.max(1),
+            table: Mutex::new(Table::default()),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sessions in the pool, and how many of them are busy.
+    pub fn counts(&self) -> (usize, usize) {
+        let t = self.table();
+        (t.slots.len(), t.slots.iter().filter(|s| s.busy).count())
+    }
+
+    /// Takes a session for a request whose full prompt is `prompt`.
+    pub async fn acquire(self: &Arc<Self>, prompt: &[u32]) -> Result<Lease, ApiError> {
+        let pick = {
+            let mut t = self.table();
+            let pick = t.pick(prompt, self.max);
+            match pick {
+                Pick::Take(i, _) => t.slots[i].busy = true,
+                Pick::Create => t.creating += 1,
+                Pick::Full => {}
+            }
+            match pick {
+                Pick::Take(i, score) => Some((t.slots[i].id, score)),
+                Pick::Create => None,
+                Pick::Full => {
+                    return Err(ApiError::overloaded(format!(
+                        "all {} sessions are busy; retry later",
+                        self.max
+                    )))
+                }
+            }
+        };
+        let (id, expected_reuse) = match pick {
+            Some(taken) => taken,
+            None => (self.create().await?, 0),
+        };
+        Ok(Lease {
+            pool: self.clone(),
+            id,
+            expected_reuse,
+            history: prompt.to_vec(),
+            trimmed: false,
+        })
+    }
+
+    async fn create(self: &Arc<Self>) -> Result<SessionId, ApiError> {
+        let created = self.engine.create_session(self.opts.clone()).await;
+        let mut t = self.table();
+        t.creating -= 1;
+        match created {
+            Ok(id) => {
+                let last_used = self.tick();
+                t.slots.push(Slot {
+                    id,
+                    history: Vec::new(),
+                    trimmed: false,
+                    busy: true,
+                    last_used,
+                });
+                Ok(id)
+            }
+            Err(e @ EngineError::TooManySessions { .. }) => Err(ApiError::overloaded(format!(
+                "{e}; all sessions of this server are busy"
+            ))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn release(&self, id: SessionId, history: Vec<u32>, trimmed: bool) {
+        let now = self.tick();
+        let mut t = self.table();
+        if let Some(s) = t.slots.iter_mut().find(|s| s.id == id) {
+            s.history = history;
+            s.trimmed = trimmed;
+            s.busy = false;
+            s.last_used = now;
+        }
+    }
+
+    /// Forgets a session the engine no longer knows.
+    fn forget(&self, id: SessionId) {
+        self.table().slots.retain(|s| s.id != id);
+    }
+}
+
+impl Lease {
+    /// Records a generated token (the session's history grows by it).
+    pub fn push_token(&mut self, id: u32) {
+        self.history.push(id);
+    }
+
+    /// Records that the session's State no longer holds its whole history.
+    pub fn mark_trimmed(&mut self) {
+        self.trimmed = true;
+    }
+
+    /// Drops the session from the pool (after an `UnknownSession` error).
+    pub fn forget(&self) {
+        self.pool.forget(self.id);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let history = std::mem::take(&mut self.history);
+        self.pool.release(self.id, history, self.trimmed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(id: u64, history: &[u32], busy: bool, last_used: u64) -> Slot {
+        Slot {
+            id: SessionId(id),
+            history: history.to_vec(),
+            trimmed: false,
+            busy,
+            last_used,
+        }
+    }
+
+    #[test]
+    fn picks_the_conversation_the_prompt_continues() {
+        let t = Table {
+            slots: vec![
+                slot(1, &[1, 2, 3, 3, 3], false, 0),
+                slot(2, &[1, 2, 3, 4, 5], false, 1),
+                slot(3, &[1, 2, 3, 4, 5, 6], true, 2),
+            ],
+            creating: 0,
+        };
+        assert!(matches!(
+            t.pick(&[1, 2, 3, 4, 5, 6, 7], 8),
+            Pick::Take(1, 5)
+        ));
+        // A regenerated answer (the prompt is a prefix of the history) reuses it too.
+        assert!(matches!(t.pick(&[1, 2, 3, 4], 8), Pick::Take(1, 4)));
+        // Only a shared start: a new session while there is room...
+        assert!(matches!(t.pick(&[1, 2, 9, 9, 9, 9, 9], 8), Pick::Create));
+        assert!(matches!(t.pick(&[1, 9], 8), Pick::Create));
+        // ...else the idle one sharing the most, least recently used first.
+        assert!(matches!(
+            t.pick(&[1, 2, 9, 9, 9, 9, 9], 3),
+            Pick::Take(0, 2)
+        ));
+        assert!(matches!(t.pick(&[7], 3), Pick::Take(0, 0)));
+    }
+
+    #[test]
+    fn busy_sessions_are_never_shared() {
+        let t = Table {
+            slots: vec![slot(1, &[1, 2, 3], true, 0)],
+            creating: 1,
+        };
+        assert!(matches!(t.pick(&[1, 2, 3], 2), Pick::Full));
+        assert!(matches!(t.pick(&[1, 2, 3], 3), Pick::Create));
+    }
+
+    #[test]
+    fn trimmed_sessions_match_only_continuations() {
+        assert_eq!(reuse_score(&[1, 2, 3], true, &[1, 2, 4]), 0);
+        assert_eq!(reuse_score(&[1, 2, 3], true, &[1, 2, 3, 4]), 3);
+        assert_eq!(reuse_score(&[1, 2, 3], false, &[1, 2, 4]), 2);
+    }
+}

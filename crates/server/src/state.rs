@@ -1,0 +1,136 @@
+//! What every handler shares: the engine, the configuration, the session pool, the counters
+//! and the shutdown switch; plus prompt tokenization (the way the engine tokenizes prompts).
+
+use crate::config::ServerConfig;
+use crate::error::ApiError;
+use crate::format::{Kind, Shape};
+use crate::metrics::Metrics;
+use crate::request::Limits;
+use crate::sessions::Sessions;
+use statelm_engine::{ChatMessage, EngineHandle, SessionOptions};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+
+/// The state of one server.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    pub engine: EngineHandle,
+    pub cfg: ServerConfig,
+    pub sessions: Arc<Sessions>,
+    pub metrics: Metrics,
+    /// Set when in-flight generations must stop (the shutdown grace period is over).
+    pub abort: watch::Sender<bool>,
+    /// Unix time the server started (the model's `created`).
+    pub started: u64,
+    next_id: AtomicU64,
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl AppState {
+    /// A server over `engine`.
+    pub fn new(engine: EngineHandle, cfg: ServerConfig) -> Arc<AppState> {
+        let opts = SessionOptions {
+            token_budget: cfg.token_budget,
+            ..SessionOptions::default()
+        };
+        let sessions = Arc::new(Sessions::new(engine.clone(), opts, cfg.max_sessions));
+        Arc::new(AppState {
+            engine,
+            cfg,
+            sessions,
+            metrics: Metrics::default(),
+            abort: watch::channel(false).0,
+            started: unix_now(),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The bounds of request parameters.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_tokens_limit: self.cfg.max_tokens_limit,
+            default_max_tokens: self.cfg.default_max_tokens,
+            n_vocab: self.cfg.model.config().n_vocab,
+        }
+    }
+
+    /// 404 unless `model` (when given) names the served model.
+    pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            Some(m) if !self.cfg.accepts_model(m) => {
+                Err(ApiError::model_not_found(m, &self.cfg.model_id))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The envelope of a new reply.
+    pub fn shape(&self, kind: Kind) -> Shape {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let created = unix_now();
+        let prefix = match kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Completion => "cmpl",
+        };
+        Shape {
+            kind,
+            id: format!("{prefix}-{created:x}{n:06x}"),
+            created,
+            model: self.cfg.model_id.clone(),
+        }
+    }
+
+    /// Tokenizes a prompt the way the engine does (special-token texts parsed, BOS added
+    /// once), off the async threads, and checks its size.
+    pub async fn tokenize(&self, text: String) -> Result<Vec<u32>, ApiError> {
+        let model = self.cfg.model.clone();
+        let ids = tokio::task::spawn_blocking(move || {
+            let tok = model.tokenizer();
+            let mut ids = tok.encode(&text, true, true)?;
+            if let Some(bos) = tok.bos_id() {
+                if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                    ids.remove(0);
+                }
+            }
+            Ok::<_, statelm_model::ModelError>(ids)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+        .map_err(|e| ApiError::invalid(format!("cannot tokenize the prompt: {e}")))?;
+        self.check_prompt_len(ids.len())?;
+        Ok(ids)
+    }
+
+    /// Renders a conversation with the model's chat template and tokenizes it.
+    pub async fn tokenize_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ApiError> {
+        let rendered = self
+            .cfg
+            .model
+            .tokenizer()
+            .render_chat(messages, true)
+            .map_err(|e| {
+                ApiError::bad_param("messages", format!("cannot apply the chat template: {e}"))
+            })?;
+        self.tokenize(rendered).await
+    }
+
+    /// 400 `context_length_exceeded` for prompts over the limit.
+    pub fn check_prompt_len(&self, n: usize) -> Result<(), ApiError> {
+        if n > self.cfg.max_prompt_tokens {
+            return Err(ApiError::invalid(format!(
+                "the prompt has {n} tokens; this server takes at most {}",
+                self.cfg.max_prompt_tokens
+            ))
+            .with_code("context_length_exceeded"));
+        }
+        Ok(())
+    }
+}

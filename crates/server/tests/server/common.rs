@@ -1,0 +1,138 @@
+//! Test servers on 127.0.0.1:0 over the real default model, and the Python `openai` client.
+
+use statelm_engine::{Engine, EngineConfig, EngineHandle};
+use statelm_model::{LoadOptions, Model};
+use statelm_server::ServerConfig;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+pub const KEY: &str = "test-key-123";
+
+/// Gemma, loaded once per test binary (`None`: skipped).
+pub fn gemma() -> Option<Arc<Model>> {
+    static MODEL: OnceLock<Option<Arc<Model>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = statelm_model::testing::gemma_path()?;
+            Some(Model::load(path, &LoadOptions::default()).expect("gemma loads"))
+        })
+        .clone()
+}
+
+/// A running test server.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub engine: EngineHandle,
+    pub model: Arc<Model>,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: Option<tokio::task::JoinHandle<Result<(), statelm_server::ServerError>>>,
+    _spill: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Signals shutdown (as SIGTERM would).
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Test engine settings: small states, a private spill directory.
+pub fn engine_config(spill: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        session_capacity: 1024,
+        token_budget: 1024,
+        spill_dir: spill.to_path_buf(),
+        ..EngineConfig::default()
+    }
+}
+
+/// Starts a server with the API key [`KEY`]; `tune` adjusts the configurations.
+pub async fn start(tune: impl FnOnce(&mut EngineConfig, &mut ServerConfig)) -> Option<TestServer> {
+    let model = gemma()?;
+    let spill = tempfile::tempdir().expect("tempdir");
+    let mut ecfg = engine_config(spill.path());
+    let mut cfg = ServerConfig::new(model.clone(), "gemma3-270m");
+    cfg.api_key = Some(KEY.to_string());
+    cfg.shutdown_grace = Duration::from_secs(2);
+    tune(&mut ecfg, &mut cfg);
+    ecfg.max_sessions = cfg.max_sessions;
+    let engine = Engine::start(model.clone(), ecfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let signal = async move {
+        let _ = rx.await;
+    };
+    let task = tokio::spawn(statelm_server::serve_with_shutdown(
+        listener,
+        engine.clone(),
+        cfg,
+        signal,
+    ));
+    Some(TestServer {
+        addr,
+        engine,
+        model,
+        stop: Some(tx),
+        task: Some(task),
+        _spill: spill,
+    })
+}
+
+/// Whether the `openai` Python package is importable.
+pub fn have_openai() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs a Python script with `BASE` (the server's /v1 URL) and `KEY` in its environment and
+/// returns its stdout parsed as JSON (its last line).
+pub async fn python(server: &TestServer, script: &str) -> serde_json::Value {
+    let base = server.url();
+    let script = script.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", &script])
+            .env("BASE", base)
+            .env("KEY", KEY)
+            .output()
+            .expect("python3 runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// The value of an unlabelled metric on the `/metrics` page.
+pub fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in\n{page}"))
+}

@@ -1,0 +1,188 @@
+//! Memory events in replies, client disconnects, graceful shutdown.
+
+use crate::common::{metric, start, KEY};
+use crate::http::{self, request, sse_data};
+use serde_json::{json, Value};
+use statelm_engine::PressureLevel;
+use std::time::{Duration, Instant};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// `logit_bias` banning every end-of-generation token (runs of a known length).
+fn no_eog(model: &statelm_model::Model) -> Value {
+    let bias: serde_json::Map<String, Value> = (model.tokenizer().eog_ids().iter())
+        .map(|id| (id.to_string(), json!(-100)))
+        .collect();
+    Value::Object(bias)
+}
+
+async fn metrics(addr: std::net::SocketAddr) -> String {
+    request(addr, "GET", "/metrics", None, b"").await.text()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trims_are_reported_in_streams_headers_and_bodies() {
+    let Some(server) = start(|_, cfg| cfg.token_budget = Some(48)).await else {
+        return;
+    };
+    let a = server.addr;
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(8);
+    let body = json!({"messages": [{"role": "user", "content": long}], "max_tokens": 4,
+                      "temperature": 0});
+    let r = request(a, "POST", CHAT, Some(KEY), body.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let header = r
+        .header("x-statelm-events")
+        .expect("x-statelm-events header");
+    assert!(header.starts_with("context_trimmed;kept="), "{header}");
+    let v = r.json();
+    let ev = &v["statelm"]["events"][0];
+    assert_eq!(ev["event"], "context_trimmed", "{v}");
+    assert!(ev["kept"].as_u64().unwrap() <= 48 && ev["dropped"].as_u64().unwrap() > 0);
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 48);
+    // Streaming: the event arrives as a chunk with an empty delta and a `statelm` field.
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    body["messages"][0]["content"] = json!(format!("{long} Again."));
+    let r = request(a, "POST", CHAT, Some(KEY), body.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/event-stream"));
+    let data = sse_data(&r.text());
+    assert_eq!(data.last(), Some(&json!("[DONE]")), "{data:?}");
+    let ev = data
+        .iter()
+        .find(|d| d.get("statelm").is_some())
+        .unwrap_or_else(|| panic!("no event chunk in {data:?}"));
+    assert_eq!(ev["statelm"]["event"], "context_trimmed");
+    assert_eq!(ev["choices"][0]["delta"], json!({}));
+    assert!(ev["choices"][0]["finish_reason"].is_null());
+    let page = metrics(a).await;
+    assert!(
+        metric(&page, "statelm_context_trims_total") >= 2.0,
+        "{page}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spilled_session_is_restored_and_reported() {
+    let Some(server) = start(|e, _| e.idle_after = Duration::ZERO).await else {
+        return;
+    };
+    let a = server.addr;
+    let mut msgs = vec![json!({"role": "user", "content": "Name a fruit."})];
+    let body = |msgs: &Vec<Value>| {
+        json!({"messages": msgs, "max_tokens": 6, "temperature": 0}).to_string()
+    };
+    let r = request(a, "POST", CHAT, Some(KEY), body(&msgs).as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let reply = r.json()["choices"][0]["message"]["content"].clone();
+    server.engine.memory_warning(PressureLevel::Warning);
+    let t0 = Instant::now();
+    while server.engine.stats().await.spilled == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the idle session was not spilled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.engine.memory_warning(PressureLevel::Normal);
+    msgs.push(json!({"role": "assistant", "content": reply}));
+    msgs.push(json!({"role": "user", "content": "And a vegetable?"}));
+    let r = request(a, "POST", CHAT, Some(KEY), body(&msgs).as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let events: Vec<&str> = (v["statelm"]["events"].as_array().unwrap().iter())
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(
+        events.contains(&"spilled") || events.contains(&"restored"),
+        "{v}"
+    );
+    assert!(
+        r.header("x-statelm-events")
+            .unwrap_or("")
+            .contains("restored"),
+        "{v}"
+    );
+    assert!(
+        v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{v}"
+    );
+    let page = metrics(a).await;
+    assert!(metric(&page, "statelm_spills_total") >= 1.0);
+    assert!(metric(&page, "statelm_restores_total") >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_cancels_the_generation() {
+    let Some(server) = start(|_, _| {}).await else {
+        return;
+    };
+    let a = server.addr;
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}],
+                      "max_tokens": 4000, "temperature": 0, "stream": true,
+                      "logit_bias": no_eog(&server.model)});
+    let mut conn = http::open(a, CHAT, Some(KEY), body.to_string().as_bytes()).await;
+    let got = http::read_events(&mut conn, 4).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    drop(conn);
+    let t0 = Instant::now();
+    loop {
+        let page = metrics(a).await;
+        if metric(&page, "statelm_active_generations") == 0.0
+            && metric(&page, "statelm_client_disconnects_total") >= 1.0
+        {
+            let generated = metric(&page, "statelm_generated_tokens_total");
+            assert!(
+                generated < 1000.0,
+                "generation went on after the disconnect: {generated}"
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "not cancelled:\n{page}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The session is free again and usable.
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3});
+    let r = request(a, "POST", CHAT, Some(KEY), body.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_streams_end_then_cancels_them() {
+    let Some(mut server) = start(|_, cfg| cfg.shutdown_grace = Duration::from_millis(500)).await
+    else {
+        return;
+    };
+    let a = server.addr;
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}],
+                      "max_tokens": 4000, "temperature": 0, "stream": true,
+                      "logit_bias": no_eog(&server.model)});
+    let mut conn = http::open(a, CHAT, Some(KEY), body.to_string().as_bytes()).await;
+    http::read_events(&mut conn, 2).await;
+    server.shutdown();
+    let t0 = Instant::now();
+    // The stream still ends properly: a finish chunk and [DONE].
+    let mut rest = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut conn, &mut rest)
+        .await
+        .expect("read");
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert!(text.contains("\"finish_reason\":\"stop\""), "{text}");
+    let task = server.task.take().unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), task).await;
+    assert!(matches!(result, Ok(Ok(Ok(())))), "{result:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // No longer accepting.
+    assert!(tokio::net::TcpStream::connect(a).await.is_err());
+}
