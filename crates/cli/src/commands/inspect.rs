@@ -112,7 +112,10 @@ fn print_summary(s: &serde_json::Value) {
         s["file_size"].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0),
         s["gguf_version"]
     );
-    println!("architecture  {}", s["architecture"].as_str().unwrap_or("?"));
+    println!(
+        "architecture  {}",
+        s["architecture"].as_str().unwrap_or("?")
+    );
     if let Some(n) = s["name"].as_str() {
         println!("name          {n}");
     }
@@ -138,7 +141,11 @@ fn print_tensor(file: &GgufFile, name: &str, rows: Range<u64>, json_out: bool) -
     };
     let (row_len, n_rows) = (t.row_len(), t.n_rows());
     if rows.end > n_rows {
-        bail!("rows {}..{} out of range: {name} has {n_rows} rows", rows.start, rows.end);
+        bail!(
+            "rows {}..{} out of range: {name} has {n_rows} rows",
+            rows.start,
+            rows.end
+        );
     }
     let row_bytes = t.ty.bytes_for(row_len).context("row is not whole blocks")? as usize;
     let data = file.tensor_data(t);
@@ -157,7 +164,11 @@ fn print_tensor(file: &GgufFile, name: &str, rows: Range<u64>, json_out: bool) -
         println!("{name}: {} {:?}", t.ty, t.dims);
         for (r, vals) in rows.zip(&out) {
             let head: Vec<String> = vals.iter().take(8).map(|v| format!("{v:.6}")).collect();
-            println!("  row {r}: [{}{}]", head.join(", "), if vals.len() > 8 { ", …" } else { "" });
+            println!(
+                "  row {r}: [{}{}]",
+                head.join(", "),
+                if vals.len() > 8 { ", …" } else { "" }
+            );
         }
     }
     Ok(())

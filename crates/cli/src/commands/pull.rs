@@ -33,8 +33,17 @@ pub fn run(args: &PullArgs, cache_flag: Option<&std::path::Path>) -> Result<()> 
     let cache = fetch::cache_dir(cache_flag);
     if args.list {
         for m in registry::MODELS {
-            let state = if fetch::is_pulled(&cache, m) { "pulled" } else { "-" };
-            println!("{:<22} {:<8} {}", m.name, state, fetch::model_file(&cache, m).display());
+            let state = if fetch::is_pulled(&cache, m) {
+                "pulled"
+            } else {
+                "-"
+            };
+            println!(
+                "{:<22} {:<8} {}",
+                m.name,
+                state,
+                fetch::model_file(&cache, m).display()
+            );
         }
         return Ok(());
     }
