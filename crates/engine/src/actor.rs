@@ -1,0 +1,380 @@
+//! The engine thread: owns the session table and the running generations, takes commands
+//! between steps, and rotates over the active generations one step at a time (round-robin),
+//! so no session starves.
+//!
+//! Compute never runs on the async runtime: this is a dedicated OS thread. Commands arrive over
+//! a bounded tokio channel (handles `send().await` on it); replies go back over oneshots and
+//! events over each stream's bounded channel. A stream that does not keep up is skipped until
+//! it has room (backpressure), without slowing the others.
+
+use crate::compute;
+use crate::core::Core;
+use crate::error::EngineError;
+use crate::events::{RequestId, SessionId};
+use crate::info::{EngineStats, SessionInfo};
+use crate::job::{EventTx, Job};
+use crate::request::{GenerateRequest, SessionOptions};
+use crate::session::Session;
+use crate::snapshot;
+use statelm_governor::PressureLevel;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// A reply channel.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
+
+/// What handles ask of the engine thread.
+pub(crate) enum Command {
+    Create(SessionOptions, Reply<SessionId>),
+    Generate {
+        id: RequestId,
+        req: Box<GenerateRequest>,
+        tx: EventTx,
+        cancel: Arc<AtomicBool>,
+    },
+    Reset(SessionId, Reply<()>),
+    Close(SessionId, Reply<()>),
+    Save(SessionId, PathBuf, Reply<()>),
+    Load(PathBuf, Reply<SessionId>),
+    Info(SessionId, Reply<SessionInfo>),
+    /// Look at the shared pressure level now.
+    Wake,
+}
+
+/// State shared between the handles and the engine thread.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// The latest figures, published by the engine thread.
+    pub stats: Mutex<EngineStats>,
+    /// A pressure level reported by the host and not yet acted on.
+    pub pressure: Mutex<Option<PressureLevel>>,
+}
+
+impl Shared {
+    pub fn take_pressure(&self) -> Option<PressureLevel> {
+        self.pressure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// The engine thread's state.
+pub(crate) struct Actor {
+    pub core: Core,
+    pub jobs: Vec<Job>,
+    rr: usize,
+    rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    dirty: bool,
+}
+
+/// How long the thread sleeps when every active stream is full.
+const BACKPRESSURE_POLL: Duration = Duration::from_millis(1);
+
+impl Actor {
+    /// An actor over `core`, reading commands from `rx`.
+    pub fn new(core: Core, rx: mpsc::Receiver<Command>, shared: Arc<Shared>) -> Actor {
+        Actor {
+            core,
+            jobs: Vec::new(),
+            rr: 0,
+            rx,
+            shared,
+            dirty: true,
+        }
+    }
+
+    /// Runs until every handle is gone, then cleans up.
+    pub fn run(mut self) {
+        self.publish();
+        while self.receive() {
+            self.check_pressure();
+            self.flush_jobs();
+            if let Some(i) = self.next_runnable() {
+                self.step(i);
+            }
+            self.reap();
+            if self.dirty {
+                self.publish();
+            }
+        }
+        self.shutdown();
+    }
+
+    /// Takes the commands that are waiting; blocks when there is nothing to compute. False
+    /// when every handle is gone.
+    fn receive(&mut self) -> bool {
+        if self.jobs.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(cmd) => self.handle(cmd),
+                None => return false,
+            }
+        } else if !self.jobs.iter().any(runnable) {
+            std::thread::sleep(BACKPRESSURE_POLL);
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(cmd) => self.handle(cmd),
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+                Err(mpsc::error::TryRecvError::Disconnected) => return !self.jobs.is_empty(),
+            }
+        }
+    }
+
+    fn flush_jobs(&mut self) {
+        for job in &mut self.jobs {
+            job.flush();
+        }
+    }
+
+    /// The next job to step, round-robin.
+    fn next_runnable(&mut self) -> Option<usize> {
+        let n = self.jobs.len();
+        let i = (0..n)
+            .map(|k| (self.rr + k) % n)
+            .find(|&i| runnable(&self.jobs[i]))?;
+        self.rr = i + 1;
+        Some(i)
+    }
+
+    /// One step of job `i`.
+    fn step(&mut self, i: usize) {
+        let job = &mut self.jobs[i];
+        let Some(mut s) = self.core.sessions.remove(&job.session) else {
+            let id = job.session;
+            job.phase = crate::job::Phase::Finished;
+            job.emit_err(EngineError::UnknownSession(id));
+            return;
+        };
+        compute::step(job, &mut s, &mut self.core);
+        let finished = job.is_finished();
+        self.core.sessions.insert(s.id, s);
+        if finished {
+            // Publish before the last event goes out, so a caller that saw `Done` sees its
+            // request in `stats()`.
+            self.publish();
+        }
+        self.jobs[i].flush();
+    }
+
+    /// Drops finished jobs whose events were delivered.
+    fn reap(&mut self) {
+        let before = self.jobs.len();
+        self.jobs.retain(|j| !j.is_drained());
+        if self.jobs.len() != before {
+            self.dirty = true;
+        }
+    }
+
+    /// State shared with the handles.
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Publishes the figures for `stats()`.
+    pub fn publish(&mut self) {
+        let active = self.jobs.iter().filter(|j| !j.is_finished()).count();
+        let stats = self.core.stats(active);
+        *self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = stats;
+        self.dirty = false;
+    }
+
+    /// Cancels what runs and deletes spill files.
+    fn shutdown(&mut self) {
+        for i in 0..self.jobs.len() {
+            self.finish_job(i, crate::events::StopReason::Cancelled);
+            self.jobs[i].flush();
+        }
+        for s in self.core.sessions.values_mut() {
+            s.discard_spill_file();
+        }
+    }
+
+    /// Ends job `i` now with `reason` (if it is still running).
+    pub fn finish_job(&mut self, i: usize, reason: crate::events::StopReason) {
+        let job = &mut self.jobs[i];
+        if job.is_finished() {
+            return;
+        }
+        if let Some(mut s) = self.core.sessions.remove(&job.session) {
+            compute::finish(job, &mut s, &mut self.core, reason);
+            self.core.sessions.insert(s.id, s);
+        } else {
+            job.phase = crate::job::Phase::Finished;
+        }
+        self.dirty = true;
+    }
+
+    /// Index of the running job of session `id`.
+    pub fn job_of(&self, id: SessionId) -> Option<usize> {
+        self.jobs
+            .iter()
+            .position(|j| j.session == id && !j.is_finished())
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        self.dirty = true;
+        match cmd {
+            Command::Create(opts, reply) => {
+                let r = self.create(opts);
+                self.respond(reply, r);
+            }
+            Command::Generate {
+                id,
+                req,
+                tx,
+                cancel,
+            } => self.generate(id, *req, tx, cancel),
+            Command::Reset(id, reply) => {
+                let r = self.reset(id);
+                self.respond(reply, r);
+            }
+            Command::Close(id, reply) => {
+                let r = self.close(id);
+                self.respond(reply, r);
+            }
+            Command::Save(id, path, reply) => {
+                let r = self.save(id, &path);
+                self.respond(reply, r);
+            }
+            Command::Load(path, reply) => {
+                let r = self.load(&path);
+                self.respond(reply, r);
+            }
+            Command::Info(id, reply) => {
+                let info = self
+                    .core
+                    .sessions
+                    .get(&id)
+                    .map(|s| s.info(self.core.factor));
+                let _ = reply.send(info.ok_or(EngineError::UnknownSession(id)));
+            }
+            Command::Wake => {}
+        }
+    }
+
+    /// Publishes the figures, then replies (so the caller sees its change in `stats()`).
+    fn respond<T>(&mut self, reply: Reply<T>, result: Result<T, EngineError>) {
+        self.publish();
+        let _ = reply.send(result);
+    }
+
+    fn create(&mut self, opts: SessionOptions) -> Result<SessionId, EngineError> {
+        let max = self.core.config.max_sessions;
+        if self.core.sessions.len() >= max {
+            return Err(EngineError::TooManySessions { max });
+        }
+        let cap = self.core.config.session_capacity;
+        let budget = opts
+            .token_budget
+            .unwrap_or(self.core.config.token_budget)
+            .min(cap);
+        if budget < crate::config::MIN_TOKEN_BUDGET {
+            return Err(EngineError::InvalidRequest(format!(
+                "token budget {budget} is below the minimum of {}",
+                crate::config::MIN_TOKEN_BUDGET
+            )));
+        }
+        let state = self.core.model.new_state_with(self.core.state_options())?;
+        self.core
+            .make_room(state.bytes() as u64, 0, "a new session")?;
+        let id = SessionId(self.core.next_session);
+        self.core.next_session += 1;
+        self.core
+            .sessions
+            .insert(id, Session::new(id, opts, state, budget));
+        Ok(id)
+    }
+
+    fn generate(
+        &mut self,
+        id: RequestId,
+        req: GenerateRequest,
+        tx: EventTx,
+        cancel: Arc<AtomicBool>,
+    ) {
+        let sid = req.session;
+        let mut job = Job::new(id, req, tx, cancel);
+        match self.core.sessions.get_mut(&sid) {
+            None => {
+                job.phase = crate::job::Phase::Finished;
+                job.emit_err(EngineError::UnknownSession(sid));
+            }
+            Some(s) if s.busy.is_some() => {
+                job.phase = crate::job::Phase::Finished;
+                job.emit_err(EngineError::SessionBusy(sid));
+            }
+            Some(s) => s.busy = Some(id),
+        }
+        job.flush();
+        self.jobs.push(job);
+    }
+
+    fn idle_session(&mut self, id: SessionId) -> Result<&mut Session, EngineError> {
+        let s = self
+            .core
+            .sessions
+            .get_mut(&id)
+            .ok_or(EngineError::UnknownSession(id))?;
+        if s.busy.is_some() {
+            return Err(EngineError::SessionBusy(id));
+        }
+        Ok(s)
+    }
+
+    fn reset(&mut self, id: SessionId) -> Result<(), EngineError> {
+        let opts = self.core.state_options();
+        let model = self.core.model.clone();
+        let s = self.idle_session(id)?;
+        s.evict(&model, opts)?;
+        s.history.clear();
+        s.pending.clear();
+        s.hard_trimmed = false;
+        Ok(())
+    }
+
+    fn close(&mut self, id: SessionId) -> Result<(), EngineError> {
+        if !self.core.sessions.contains_key(&id) {
+            return Err(EngineError::UnknownSession(id));
+        }
+        if let Some(i) = self.job_of(id) {
+            self.finish_job(i, crate::events::StopReason::Cancelled);
+        }
+        if let Some(mut s) = self.core.sessions.remove(&id) {
+            s.discard_spill_file();
+        }
+        Ok(())
+    }
+
+    fn save(&mut self, id: SessionId, path: &std::path::Path) -> Result<(), EngineError> {
+        let s = self.idle_session(id)?;
+        snapshot::save(s, path)
+    }
+
+    fn load(&mut self, path: &std::path::Path) -> Result<SessionId, EngineError> {
+        let max = self.core.config.max_sessions;
+        if self.core.sessions.len() >= max {
+            return Err(EngineError::TooManySessions { max });
+        }
+        let size = std::fs::metadata(path)?.len();
+        self.core.make_room(size, 0, "a loaded session")?;
+        let id = SessionId(self.core.next_session);
+        let session = snapshot::load(path, &self.core.model, id)?;
+        self.core.next_session += 1;
+        self.core.sessions.insert(id, session);
+        Ok(id)
+    }
+}
+
+/// Whether a job can take a step now (or must, to notice its cancellation).
+fn runnable(job: &Job) -> bool {
+    job.is_runnable() || (!job.is_finished() && job.is_cancelled())
+}

@@ -1,0 +1,417 @@
+//! The steps of a generation, run on the engine thread: start (restore, tokenize, plan reuse
+//! and trimming), prefill one chunk, decode one token, finish.
+//!
+//! Each call to [`step`] does a bounded amount of work — at most one prefill chunk or one
+//! decoded token — so the engine can rotate between sessions.
+
+use crate::budget;
+use crate::core::Core;
+use crate::error::EngineError;
+use crate::events::{DoneStats, Event, StopReason, TrimMethod};
+use crate::info::RequestSample;
+use crate::job::{Job, Phase};
+use crate::plan::{plan_reuse, Feed, ReusePlan};
+use crate::session::Session;
+use crate::stop::StopOutcome;
+use crate::text;
+use statelm_model::{ForwardOptions, LogitsMode, ModelError, State};
+use std::time::{Duration, Instant};
+
+/// What a step leads to.
+enum Next {
+    Continue(Phase),
+    Stop(StopReason),
+}
+
+/// Runs one step of `job` on its session `s`.
+pub(crate) fn step(job: &mut Job, s: &mut Session, core: &mut Core) {
+    if job.is_finished() {
+        return;
+    }
+    if job.is_cancelled() {
+        return finish(job, s, core, StopReason::Cancelled);
+    }
+    let result = match std::mem::replace(&mut job.phase, Phase::Finished) {
+        Phase::Start => start(job, s, core),
+        Phase::Prefill(feed) => prefill(job, s, core, feed),
+        Phase::Decode(logits) => decode(job, s, core, logits),
+        Phase::Finished => return,
+    };
+    match result {
+        Ok(Next::Continue(phase)) => job.phase = phase,
+        Ok(Next::Stop(reason)) => finish(job, s, core, reason),
+        Err(e) => fail(job, s, core, e),
+    }
+}
+
+/// Moves re-prefill tokens left pending by a trim into the feed, so they are computed in
+/// chunks (cancellable, interleaved). True if there were any.
+fn absorb_pending(state: &mut State, feed: &mut Feed) -> bool {
+    if state.pending_reprefill() == 0 {
+        return false;
+    }
+    let kept = state.tokens().to_vec();
+    state.clear();
+    feed.insert_refeed(&kept);
+    true
+}
+
+fn missing_state() -> EngineError {
+    EngineError::Internal("the session's State is not resident".into())
+}
+
+/// Delivers the session's pending events and brings a spilled State back.
+fn prepare_session(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<(), EngineError> {
+    for ev in s.pending.drain(..) {
+        job.emit(ev);
+    }
+    if !s.is_spilled() {
+        return Ok(());
+    }
+    if let Some(path) = &s.spill_path {
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        core.make_room(size, 0, &format!("restoring session {}", s.id))?;
+    }
+    match s.restore(&core.model) {
+        Ok(_) => {
+            core.counters.restores += 1;
+            job.emit(Event::Restored);
+        }
+        Err(e) => {
+            s.evict(&core.model, core.state_options())?;
+            core.counters.evictions += 1;
+            job.emit(Event::CacheEvicted {
+                reason: format!(
+                    "restoring the spilled State failed ({e}); the conversation is recomputed"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// First step: events, restore, tokenize, plan reuse and budget, admission.
+fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, EngineError> {
+    prepare_session(job, s, core)?;
+    let input = job.input.take().ok_or(EngineError::EmptyPrompt)?;
+    let model = core.model.clone();
+    let tok = model.tokenizer();
+    let n_vocab = core.model.config().n_vocab;
+    let tk = text::tokenize(tok, &input, &s.opts, s.history.is_empty(), n_vocab)?;
+    let appending = matches!(input, crate::request::Input::Append(_));
+    s.pinned = match (s.opts.pinned_prefix, tk.pinned) {
+        (Some(p), _) | (None, Some(p)) => p,
+        (None, None) if appending => s.pinned,
+        (None, None) => 0,
+    };
+    if plan_starts_with_bos(tok, &tk.prompt, &s.history) {
+        // Models need their BOS token: trimming never drops it.
+        s.pinned = s.pinned.max(1);
+    }
+    let old_len = s.history.len();
+    let state_len = s.state_len();
+    let plan = plan_reuse(&s.history, s.evaluated, s.trimmed, state_len, tk.prompt)?;
+    let budget = s.effective_budget(core.factor);
+    let feed_len = plan.history.len() - plan.feed_from;
+    let reserve = job.max_tokens.max(1);
+    let trim = budget::plan_prefill(plan.state_keep, feed_len, s.pinned, budget, reserve).map_err(
+        |_| EngineError::PromptTooLong {
+            prompt_tokens: plan.history.len(),
+            budget,
+            pinned: s.pinned,
+        },
+    )?;
+    admit(job, s, core, &plan, trim.map(|t| t.kept))?;
+    let floor = plan.history.starts_with(&s.history).then_some(old_len);
+    job.history_floor = Some(floor.unwrap_or(0));
+    let feed = apply_plan(job, s, core, plan, trim, budget)?;
+    job.detok = Some(text::continuation_detokenizer(tok));
+    Ok(Next::Continue(Phase::Prefill(feed)))
+}
+
+/// Whether the context after `prompt` starts with the tokenizer's BOS token.
+fn plan_starts_with_bos(
+    tok: &statelm_tokenizer::Tokenizer,
+    prompt: &crate::plan::Prompt,
+    history: &[u32],
+) -> bool {
+    let first = match prompt {
+        crate::plan::Prompt::Full(t) => t.first(),
+        crate::plan::Prompt::Append(t) => history.first().or(t.first()),
+    };
+    first.is_some() && first.copied() == tok.bos_id()
+}
+
+/// Admission control for the prefill and the generation that follows.
+fn admit(
+    job: &Job,
+    s: &Session,
+    core: &mut Core,
+    plan: &ReusePlan,
+    trimmed_to: Option<usize>,
+) -> Result<(), EngineError> {
+    if core.config.memory_ceiling.is_none() {
+        return Ok(());
+    }
+    let budget = s.effective_budget(core.factor);
+    let after = trimmed_to.unwrap_or(plan.state_keep + plan.history.len() - plan.feed_from);
+    let peak = (after + job.max_tokens).min(budget);
+    let needed = core.growth(s, peak);
+    let what = format!(
+        "a prefill of {} tokens",
+        plan.history.len() - plan.feed_from
+    );
+    core.make_room(needed, s.resident_bytes(), &what)
+}
+
+/// Truncates and trims the State as planned; returns the feed. Emits `ContextTrimmed`.
+fn apply_plan(
+    job: &mut Job,
+    s: &mut Session,
+    core: &mut Core,
+    plan: ReusePlan,
+    trim: Option<budget::PrefillTrim>,
+    budget: usize,
+) -> Result<Feed, EngineError> {
+    let state = s.state.as_mut().ok_or_else(missing_state)?;
+    if plan.state_keep < state.len() {
+        state.truncate(plan.state_keep);
+    }
+    let f0 = plan.feed_from;
+    let mut feed = Feed::new(f0);
+    let mut trimmed = s.trimmed && plan.state_keep > 0;
+    match trim {
+        None => feed.push_history(f0, &plan.history[f0..]),
+        Some(t) => {
+            if t.keep_prefix + t.keep_suffix < state.len() {
+                state.retain(t.keep_prefix, t.keep_suffix);
+            }
+            feed.push_history(f0, &plan.history[f0..f0 + t.feed_head]);
+            let tail = f0 + t.feed_head + t.feed_skip;
+            feed.push_history(tail, &plan.history[tail..]);
+            trimmed = true;
+        }
+    }
+    let reprefill = absorb_pending(state, &mut feed);
+    if let Some(t) = trim {
+        core.counters.trims += 1;
+        job.emit(Event::ContextTrimmed {
+            dropped: t.dropped,
+            kept: t.kept,
+            reason: format!(
+                "the context of {} tokens would pass the token budget of {budget}: kept the {} \
+                 pinned and the {} most recent tokens",
+                t.dropped + t.kept,
+                t.pinned,
+                t.kept - t.pinned
+            ),
+            method: if reprefill {
+                TrimMethod::Reprefill
+            } else {
+                TrimMethod::Shift
+            },
+        });
+    }
+    job.cached_tokens = state.len();
+    job.prompt_tokens = plan.history.len();
+    job.prefilled_tokens = feed.len();
+    s.history = plan.history;
+    s.evaluated = f0;
+    s.trimmed = trimmed;
+    Ok(feed)
+}
+
+/// Feeds the next chunk of `feed`.
+fn prefill(
+    job: &mut Job,
+    s: &mut Session,
+    core: &mut Core,
+    mut feed: Feed,
+) -> Result<Next, EngineError> {
+    if s.is_spilled() {
+        prepare_session(job, s, core)?;
+    }
+    let state = s.state.as_mut().ok_or_else(missing_state)?;
+    absorb_pending(state, &mut feed);
+    let chunk = feed.next_chunk(core.config.prefill_chunk);
+    let last = chunk.len() == feed.remaining();
+    let want_logits = last && (job.prompt_done || job.max_tokens > 0);
+    let before = state.len();
+    let result = core.model.forward_with(
+        state,
+        chunk,
+        ForwardOptions {
+            logits: Some(if want_logits {
+                LogitsMode::Last
+            } else {
+                LogitsMode::None
+            }),
+            trace: None,
+            cancel: Some(&job.cancel),
+        },
+    );
+    feed.advance(state.len().saturating_sub(before));
+    s.evaluated = feed.evaluated();
+    let logits = match result {
+        Ok(l) => l,
+        Err(ModelError::Cancelled) => return Ok(Next::Stop(StopReason::Cancelled)),
+        Err(e) => return Err(e.into()),
+    };
+    if feed.remaining() > 0 {
+        return Ok(Next::Continue(Phase::Prefill(feed)));
+    }
+    job.prompt_done = true;
+    if !want_logits {
+        return Ok(Next::Stop(StopReason::MaxTokens));
+    }
+    Ok(Next::Continue(Phase::Decode(logits.into_vec())))
+}
+
+/// Samples one token, streams it, checks the stop rules, and feeds it.
+fn decode(
+    job: &mut Job,
+    s: &mut Session,
+    core: &mut Core,
+    mut logits: Vec<f32>,
+) -> Result<Next, EngineError> {
+    let n = job.sampler.params().penalty_last_n;
+    let id = job.sampler.sample(&mut logits, s.recent(n));
+    let model = core.model.clone();
+    let tok = model.tokenizer();
+    if tok.is_eog(id) {
+        return Ok(Next::Stop(StopReason::Eog));
+    }
+    let now = Instant::now();
+    job.first_token.get_or_insert(now);
+    job.last_token = Some(now);
+    job.generated += 1;
+    s.history.push(id);
+    let piece = job
+        .detok
+        .as_mut()
+        .map_or_else(String::new, |d| d.push(tok, id));
+    match job.stop.push(&piece) {
+        StopOutcome::Stopped { emit, stop } => {
+            job.emit(Event::Token { id, text: emit });
+            return Ok(Next::Stop(StopReason::StopString(stop)));
+        }
+        StopOutcome::Continue { mut emit } => {
+            if job.generated >= job.max_tokens {
+                emit.push_str(&flush_text(job));
+                job.emit(Event::Token { id, text: emit });
+                return Ok(Next::Stop(StopReason::MaxTokens));
+            }
+            job.emit(Event::Token { id, text: emit });
+        }
+    }
+    decode_trim(job, s, core);
+    let mut feed = Feed::new(s.evaluated);
+    feed.push_history(s.history.len() - 1, &[id]);
+    prefill(job, s, core, feed)
+}
+
+/// Trims the State before it passes the budget during decoding.
+fn decode_trim(job: &mut Job, s: &mut Session, core: &mut Core) {
+    let budget = s.effective_budget(core.factor);
+    let Some((p, keep)) = budget::plan_decode(s.state_len(), s.pinned, budget) else {
+        return;
+    };
+    if let Some((dropped, kept, reprefill)) = s.trim(p, keep) {
+        core.counters.trims += 1;
+        job.emit(Event::ContextTrimmed {
+            dropped,
+            kept,
+            reason: format!(
+                "the context reached the token budget of {budget} while generating: kept the \
+                 {p} pinned and the {keep} most recent tokens"
+            ),
+            method: if reprefill {
+                TrimMethod::Reprefill
+            } else {
+                TrimMethod::Shift
+            },
+        });
+    }
+}
+
+/// Releases text still held by the detokenizer and the stop matcher.
+fn flush_text(job: &mut Job) -> String {
+    let tail = job.detok.as_mut().map_or_else(String::new, |d| d.finish());
+    let mut out = match job.stop.push(&tail) {
+        StopOutcome::Continue { emit } | StopOutcome::Stopped { emit, .. } => emit,
+    };
+    out.push_str(&job.stop.finish());
+    out
+}
+
+/// Ends the request: trailing text, `Done`, bookkeeping.
+pub(crate) fn finish(job: &mut Job, s: &mut Session, core: &mut Core, reason: StopReason) {
+    if !matches!(reason, StopReason::StopString(_)) {
+        let text = flush_text(job);
+        if !text.is_empty() {
+            job.emit(Event::Text { text });
+        }
+    }
+    tracing::debug!(
+        request = job.id.0,
+        session = s.id.0,
+        ?reason,
+        "generation finished"
+    );
+    let stats = close(job, s, core);
+    job.emit(Event::Done(DoneStats {
+        stop_reason: reason,
+        ..stats
+    }));
+}
+
+/// Ends the request with an error.
+pub(crate) fn fail(job: &mut Job, s: &mut Session, core: &mut Core, e: EngineError) {
+    tracing::debug!(request = job.id.0, session = s.id.0, error = %e, "generation failed");
+    close(job, s, core);
+    job.emit_err(e);
+}
+
+/// Bookkeeping common to every end: history consistency, counters, session release.
+fn close(job: &mut Job, s: &mut Session, core: &mut Core) -> DoneStats {
+    if let (false, Some(floor)) = (job.prompt_done, job.history_floor) {
+        // The prompt was abandoned half-way: keep only what the State has seen.
+        let keep = s.evaluated.max(floor).min(s.history.len());
+        s.history.truncate(keep);
+    }
+    job.phase = Phase::Finished;
+    let end = Instant::now();
+    let ttft = job.first_token.unwrap_or(end).duration_since(job.received);
+    let tps = match (job.first_token, job.last_token) {
+        (Some(a), Some(b)) if job.generated > 1 && b > a => {
+            (job.generated - 1) as f64 / b.duration_since(a).as_secs_f64()
+        }
+        _ => 0.0,
+    };
+    s.busy = None;
+    s.last_used = end;
+    core.observe_scratch(s);
+    if job.generated > 1 {
+        s.last_tps = tps;
+    }
+    let c = &mut core.counters;
+    c.requests += 1;
+    c.prompt_tokens += job.prompt_tokens as u64;
+    c.cached_tokens += job.cached_tokens as u64;
+    c.generated_tokens += job.generated as u64;
+    core.record(RequestSample {
+        time_to_first_token: ttft,
+        decode_tokens_per_s: tps,
+        prefilled_tokens: job.prefilled_tokens,
+        generated_tokens: job.generated,
+    });
+    DoneStats {
+        stop_reason: StopReason::Cancelled,
+        prompt_tokens: job.prompt_tokens,
+        cached_tokens: job.cached_tokens,
+        prefilled_tokens: job.prefilled_tokens,
+        generated_tokens: job.generated,
+        time_to_first_token: ttft.max(Duration::ZERO),
+        decode_tokens_per_s: tps,
+    }
+}

@@ -1,0 +1,121 @@
+//! What a generation streams back: tokens, memory events and the final statistics.
+
+use std::time::Duration;
+
+/// Identifies a session of one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct SessionId(pub u64);
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Identifies one generation request (see [`crate::EngineHandle::cancel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct RequestId(pub u64);
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// How tokens were dropped from a session's context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum TrimMethod {
+    /// The kept keys were re-rotated in place (or only not-yet-computed prompt tokens were
+    /// dropped): nothing was recomputed.
+    Shift,
+    /// The kept tokens were recomputed (KV cache type or sliding-window layers made an in-place
+    /// shift invalid).
+    Reprefill,
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    Eog,
+    /// A stop string appeared (the text before it was streamed, the string itself was not).
+    StopString(String),
+    /// `max_tokens` tokens were generated.
+    MaxTokens,
+    /// The request was cancelled ([`crate::EngineHandle::cancel`] or the stream was dropped).
+    Cancelled,
+    /// Memory pressure evicted the session's cache in the middle of the generation (a
+    /// [`Event::CacheEvicted`] came first).
+    Evicted,
+}
+
+/// Statistics of a finished generation (the last event of every successful stream).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DoneStats {
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// Tokens of the full prompt context of this request (history plus new input).
+    pub prompt_tokens: usize,
+    /// Prompt tokens that were not recomputed: reused from the session's State.
+    pub cached_tokens: usize,
+    /// Tokens computed before the first new token: the new part of the prompt, plus any kept
+    /// tokens a trim had to recompute. Without trimming, `prompt_tokens - cached_tokens`.
+    pub prefilled_tokens: usize,
+    /// Tokens generated (end-of-generation tokens are not counted).
+    pub generated_tokens: usize,
+    /// From the request reaching the engine to the first token (or to the end, if none).
+    pub time_to_first_token: Duration,
+    /// Decode speed after the first token (0 when fewer than two tokens were generated).
+    pub decode_tokens_per_s: f64,
+}
+
+/// One item of a [`crate::GenerationStream`].
+///
+/// Concatenating the `text` of every [`Event::Token`] and [`Event::Text`] gives the generated
+/// text. Memory events say what happened to the session's context; nothing is dropped silently.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub enum Event {
+    /// A generated token and the text it released. The text may be empty (an incomplete UTF-8
+    /// character, or text held back while it could still become a stop string) or contain text
+    /// held back from earlier tokens.
+    Token {
+        /// Token id.
+        id: u32,
+        /// Text released with this token.
+        text: String,
+    },
+    /// Text released without a token: what was held back when the generation ended (a partial
+    /// stop string that never completed, or an incomplete character). Rare; never skip it.
+    Text {
+        /// The released text.
+        text: String,
+    },
+    /// Tokens were dropped from the middle of the context (token budget or memory pressure).
+    ContextTrimmed {
+        /// Tokens dropped.
+        dropped: usize,
+        /// Tokens kept (the pinned prefix and the most recent ones).
+        kept: usize,
+        /// Why, in words.
+        reason: String,
+        /// How.
+        method: TrimMethod,
+    },
+    /// The session's cache was dropped under memory pressure; its conversation history was
+    /// kept and is recomputed (within the token budget) when needed.
+    CacheEvicted {
+        /// Why, in words.
+        reason: String,
+    },
+    /// The session's State was written to disk and freed while the session was idle.
+    Spilled {
+        /// Why, in words.
+        reason: String,
+    },
+    /// The session's State was read back from disk for this request.
+    Restored,
+    /// The generation finished; always the last event of a successful stream.
+    Done(DoneStats),
+}

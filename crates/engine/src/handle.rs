@@ -1,0 +1,361 @@
+//! The public face of the engine: [`Engine::start`], the cloneable [`EngineHandle`] and the
+//! [`GenerationStream`].
+
+use crate::actor::{Actor, Command, Shared};
+use crate::config::EngineConfig;
+use crate::core::Core;
+use crate::error::EngineError;
+use crate::events::{Event, RequestId, SessionId};
+use crate::info::{EngineStats, SessionInfo};
+use crate::request::{GenerateRequest, SessionOptions};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream};
+use statelm_governor::{
+    GovernorError, MemorySource, Monitor, MonitorConfig, MonitorEvent, PressureLevel,
+};
+use statelm_model::Model;
+use std::collections::HashMap;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use tokio::sync::{mpsc, oneshot};
+
+/// The streaming inference engine.
+///
+/// One dedicated OS thread (`statelm-engine`) owns every session and runs all model compute,
+/// so nothing blocks the caller's async runtime. The engine does **not** need a tokio runtime:
+/// [`Engine::start`] may be called anywhere, and the handle's futures run on any executor.
+#[derive(Debug)]
+pub struct Engine;
+
+impl Engine {
+    /// Starts an engine for `model` and returns its handle. The engine stops (its thread is
+    /// joined, spill files are deleted) when the last handle and the last stream are dropped.
+    pub fn start(model: Arc<Model>, config: EngineConfig) -> EngineHandle {
+        let config = config.sanitized();
+        let (tx, rx) = mpsc::channel(config.queue_depth);
+        let shared = Arc::new(Shared::default());
+        let stream_buffer = config.stream_buffer;
+        let core = Core::new(model, config);
+        let actor = Actor::new(core, rx, shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("statelm-engine".into())
+            .spawn(move || actor.run())
+            .map_err(|e| tracing::error!(error = %e, "could not start the engine thread"))
+            .ok();
+        EngineHandle {
+            inner: Arc::new(Inner {
+                tx: Some(tx),
+                thread: Mutex::new(thread),
+                shared,
+                cancels: Mutex::new(HashMap::new()),
+                next_request: AtomicU64::new(1),
+                stream_buffer,
+            }),
+        }
+    }
+}
+
+struct Inner {
+    tx: Option<mpsc::Sender<Command>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    shared: Arc<Shared>,
+    cancels: Mutex<HashMap<RequestId, Arc<AtomicBool>>>,
+    next_request: AtomicU64,
+    stream_buffer: usize,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the command channel ends the engine loop; wait for it (within one step).
+        self.tx.take();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn sender(&self) -> Result<mpsc::Sender<Command>, EngineError> {
+        self.tx.clone().ok_or(EngineError::ShuttingDown)
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
+    ) -> Result<T, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.sender()?
+            .send(make(reply))
+            .await
+            .map_err(|_| EngineError::ShuttingDown)?;
+        rx.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    fn cancels(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Arc<AtomicBool>>> {
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A handle to a running engine: cheap to clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct EngineHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle").finish_non_exhaustive()
+    }
+}
+
+/// A handle that does not keep the engine alive (for callbacks such as a memory monitor's).
+#[derive(Clone, Debug)]
+pub struct WeakEngineHandle {
+    inner: Weak<Inner>,
+}
+
+impl WeakEngineHandle {
+    /// The handle, if the engine still runs.
+    pub fn upgrade(&self) -> Option<EngineHandle> {
+        self.inner.upgrade().map(|inner| EngineHandle { inner })
+    }
+}
+
+impl EngineHandle {
+    /// Creates a session.
+    pub async fn create_session(&self, opts: SessionOptions) -> Result<SessionId, EngineError> {
+        self.inner.call(|r| Command::Create(opts, r)).await
+    }
+
+    /// Starts a generation. Its events (or its error) arrive through the returned stream;
+    /// dropping the stream cancels the generation within one token. A second generation on a
+    /// busy session gets [`EngineError::SessionBusy`] through its stream.
+    ///
+    /// Cancellation keeps the session consistent: the prompt tokens computed so far and every
+    /// token generated so far stay in its history and State (the last sampled token is
+    /// computed with the next request), so the next turn continues from there.
+    pub fn generate(&self, req: GenerateRequest) -> GenerationStream {
+        let id = RequestId(self.inner.next_request.fetch_add(1, Ordering::Relaxed));
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.inner.cancels().insert(id, cancel.clone());
+        let (tx, rx) = mpsc::channel(self.inner.stream_buffer);
+        let cmd = Command::Generate {
+            id,
+            req: Box::new(req),
+            tx,
+            cancel: cancel.clone(),
+        };
+        let submit = match self.inner.sender() {
+            Err(e) => Submit::Failed(Some(e)),
+            Ok(sender) => match sender.try_send(cmd) {
+                Ok(()) => Submit::Done,
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    Submit::Failed(Some(EngineError::ShuttingDown))
+                }
+                Err(mpsc::error::TrySendError::Full(cmd)) => {
+                    Submit::Pending(async move { sender.send(cmd).await.is_ok() }.boxed())
+                }
+            },
+        };
+        GenerationStream {
+            id,
+            rx,
+            submit,
+            cancel,
+            done: false,
+            engine: self.inner.clone(),
+        }
+    }
+
+    /// Empties a session (State and history). Fails with `SessionBusy` while it generates.
+    pub async fn reset_session(&self, id: SessionId) -> Result<(), EngineError> {
+        self.inner.call(|r| Command::Reset(id, r)).await
+    }
+
+    /// Closes a session, cancelling its generation if one runs.
+    pub async fn close_session(&self, id: SessionId) -> Result<(), EngineError> {
+        self.inner.call(|r| Command::Close(id, r)).await
+    }
+
+    /// Saves a session (State snapshot, history, budget) to `path`, atomically and
+    /// checksummed. Fails with `SessionBusy` while it generates.
+    pub async fn save_session(&self, id: SessionId, path: &Path) -> Result<(), EngineError> {
+        let path = path.to_path_buf();
+        self.inner.call(|r| Command::Save(id, path, r)).await
+    }
+
+    /// Loads a session saved by [`EngineHandle::save_session`] (with the same model) as a new
+    /// session.
+    pub async fn load_session(&self, path: &Path) -> Result<SessionId, EngineError> {
+        let path = path.to_path_buf();
+        self.inner.call(|r| Command::Load(path, r)).await
+    }
+
+    /// Figures about one session.
+    pub async fn session_info(&self, id: SessionId) -> Result<SessionInfo, EngineError> {
+        self.inner.call(|r| Command::Info(id, r)).await
+    }
+
+    /// Figures about the engine (published by the engine thread after every change; does not
+    /// wait for the current step).
+    pub async fn stats(&self) -> EngineStats {
+        let mut s = self
+            .inner
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(tx) = &self.inner.tx {
+            s.queue_depth = tx.max_capacity() - tx.capacity();
+        }
+        s
+    }
+
+    /// Reports memory pressure from the host (iOS `didReceiveMemoryWarning`, Android
+    /// `onTrimMemory`, a C caller). Never blocks. The engine acts between two steps: at
+    /// Warning it spills idle sessions and lowers budgets; at Critical it also hard-trims the
+    /// active sessions, and evicts when a second Critical finds nothing left to trim; at Normal
+    /// it restores the budgets. Every affected session's stream is told.
+    pub fn memory_warning(&self, level: PressureLevel) {
+        *self
+            .inner
+            .shared
+            .pressure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(level);
+        if let Some(tx) = &self.inner.tx {
+            let _ = tx.try_send(Command::Wake);
+        }
+    }
+
+    /// Cancels a generation (see [`GenerationStream::request_id`]); its stream ends with
+    /// `Done` (stop reason `Cancelled`). Unknown or finished requests are ignored.
+    pub fn cancel(&self, request_id: RequestId) {
+        if let Some(flag) = self.inner.cancels().get(&request_id) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A handle that does not keep the engine alive.
+    pub fn downgrade(&self) -> WeakEngineHandle {
+        WeakEngineHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Runs a governor [`Monitor`] over `sources` that reports every level change to this
+    /// engine (as [`EngineHandle::memory_warning`] does). Keep the monitor alive as long as it
+    /// should watch; it does not keep the engine alive.
+    pub fn attach_monitor(
+        &self,
+        sources: Vec<Box<dyn MemorySource>>,
+        config: MonitorConfig,
+    ) -> Result<Monitor, GovernorError> {
+        let weak = self.downgrade();
+        Monitor::spawn(sources, config, move |event| {
+            if let MonitorEvent::LevelChanged { level, .. } = event {
+                if let Some(engine) = weak.upgrade() {
+                    engine.memory_warning(level);
+                }
+            }
+        })
+    }
+}
+
+enum Submit {
+    Done,
+    Pending(BoxFuture<'static, bool>),
+    Failed(Option<EngineError>),
+}
+
+/// The events of one generation: `Stream<Item = Result<Event, EngineError>>`.
+///
+/// A successful stream ends with [`Event::Done`]; a failed one with its error. Dropping it
+/// cancels the generation.
+pub struct GenerationStream {
+    id: RequestId,
+    rx: mpsc::Receiver<Result<Event, EngineError>>,
+    submit: Submit,
+    cancel: Arc<AtomicBool>,
+    done: bool,
+    engine: Arc<Inner>,
+}
+
+impl std::fmt::Debug for GenerationStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenerationStream")
+            .field("request_id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GenerationStream {
+    /// The request's id (for [`EngineHandle::cancel`]).
+    pub fn request_id(&self) -> RequestId {
+        self.id
+    }
+
+    /// Cancels the generation (same as dropping the stream, but the stream still delivers
+    /// what remains, ending with `Done`).
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Stream for GenerationStream {
+    type Item = Result<Event, EngineError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match &mut this.submit {
+            Submit::Done => {}
+            Submit::Failed(e) => {
+                this.done = true;
+                return Poll::Ready(e.take().map(Err));
+            }
+            Submit::Pending(fut) => match fut.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(true) => this.submit = Submit::Done,
+                Poll::Ready(false) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(EngineError::ShuttingDown)));
+                }
+            },
+        }
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(item)) => {
+                if matches!(item, Ok(Event::Done(_)) | Err(_)) {
+                    this.done = true;
+                }
+                Poll::Ready(Some(item))
+            }
+            Poll::Ready(None) => {
+                this.done = true;
+                Poll::Ready(Some(Err(EngineError::ShuttingDown)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for GenerationStream {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        self.engine.cancels().remove(&self.id);
+    }
+}

@@ -1,0 +1,95 @@
+//! Figures the engine reports: per session and for the whole engine.
+
+use crate::events::SessionId;
+use std::time::Duration;
+
+/// What [`crate::EngineHandle::session_info`] reports about one session.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SessionInfo {
+    /// The session.
+    pub id: SessionId,
+    /// Tokens in its State (after any trimming).
+    pub state_tokens: usize,
+    /// Tokens of its conversation history (including ones trimmed out of the State).
+    pub history_tokens: usize,
+    /// Bytes of its KV cache (0 while spilled).
+    pub kv_bytes: usize,
+    /// Bytes its State holds in memory (0 while spilled).
+    pub state_bytes: usize,
+    /// Its token budget as configured.
+    pub token_budget: usize,
+    /// Its token budget now (lower under memory pressure).
+    pub effective_budget: usize,
+    /// Its pinned prefix.
+    pub pinned_prefix: usize,
+    /// Whether its State is on disk.
+    pub spilled: bool,
+    /// Whether a generation is running on it.
+    pub busy: bool,
+    /// Whether its State no longer holds the whole history (trimmed or evicted).
+    pub trimmed: bool,
+    /// Decode speed of its last generation (0 before any).
+    pub last_decode_tokens_per_s: f64,
+}
+
+/// Figures of one finished request, for latency metrics.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct RequestSample {
+    /// Time to first token.
+    pub time_to_first_token: Duration,
+    /// Decode speed.
+    pub decode_tokens_per_s: f64,
+    /// Prompt tokens computed.
+    pub prefilled_tokens: usize,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+}
+
+/// What [`crate::EngineHandle::stats`] reports (e.g. for a Prometheus `/metrics` page).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct EngineStats {
+    /// Sessions that exist.
+    pub sessions: usize,
+    /// Of which spilled to disk.
+    pub spilled: usize,
+    /// Generations running.
+    pub active_generations: usize,
+    /// Commands waiting for the engine.
+    pub queue_depth: usize,
+    /// Requests finished (successfully or not).
+    pub requests_total: u64,
+    /// Prompt tokens of every request.
+    pub prompt_tokens_total: u64,
+    /// Of which reused from a State.
+    pub cached_tokens_total: u64,
+    /// Tokens generated.
+    pub generated_tokens_total: u64,
+    /// Context trims (token budget and pressure).
+    pub trims: u64,
+    /// States spilled to disk.
+    pub spills: u64,
+    /// Caches evicted.
+    pub evictions: u64,
+    /// States restored from disk.
+    pub restores: u64,
+    /// Requests refused by admission control.
+    pub admission_refusals: u64,
+    /// KV bytes of every resident State.
+    pub kv_bytes_total: u64,
+    /// Bytes of every resident State (KV cache, history, scratch).
+    pub state_bytes_total: u64,
+    /// Bytes of the model file (mapped weights).
+    pub weights_bytes: u64,
+    /// The memory ceiling, if any.
+    pub memory_ceiling: Option<u64>,
+    /// The last memory-pressure level the engine acted on.
+    pub pressure: String,
+    /// Current budget factor (1.0 unless lowered under pressure).
+    pub budget_factor: f64,
+    /// Mean time to first token of the recent requests.
+    pub mean_time_to_first_token: Duration,
+    /// Mean decode speed of the recent requests.
+    pub mean_decode_tokens_per_s: f64,
+    /// The most recent requests (up to 64), oldest first.
+    pub recent: Vec<RequestSample>,
+}

@@ -1,0 +1,70 @@
+//! statelm-engine: the streaming inference engine.
+//!
+//! An [`Engine`] owns sessions — each a model [`statelm_model::State`] plus its conversation
+//! history — and runs generations on them, streaming [`Event`]s: tokens, and everything that
+//! happens to the context (trims under the token budget, spills, restores and evictions under
+//! memory pressure). Nothing is dropped silently.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures::StreamExt;
+//! use statelm_engine::{Engine, EngineConfig, Event, GenerateRequest, Input, SessionOptions};
+//! let model = statelm_model::Model::load("gemma-3-270m-q4_k_m.gguf", &Default::default())?;
+//! let engine = Engine::start(model, EngineConfig::default());
+//! let session = engine.create_session(SessionOptions::default()).await?;
+//! let req = GenerateRequest::new(session, Input::Text("The capital of France is".into()), 16);
+//! let mut stream = engine.generate(req);
+//! while let Some(event) = stream.next().await {
+//!     match event? {
+//!         Event::Token { text, .. } | Event::Text { text } => print!("{text}"),
+//!         Event::Done(stats) => println!("\n{stats:?}"),
+//!         other => eprintln!("{other:?}"),
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Design:
+//! - **One engine thread** owns the session table and runs all compute (`model.forward`), so
+//!   the async runtime never blocks; handles talk to it over a bounded command channel.
+//! - **Token-interleaved**: the thread runs one step (a prefill chunk or one decoded token) of
+//!   one active generation, then turns to the next (round-robin). Requests on one session run
+//!   one at a time; a second one gets [`EngineError::SessionBusy`].
+//! - **Reuse**: a session keeps its State; a new full prompt ([`Input::Text`], [`Input::Chat`],
+//!   [`Input::Tokens`]) computes only what differs from what the session holds.
+//! - **Budget**: before the context passes the session's token budget, its middle is dropped
+//!   (pinned prefix kept) and [`Event::ContextTrimmed`] says so.
+//! - **Memory pressure**: [`EngineHandle::memory_warning`] (or an attached governor monitor)
+//!   spills idle sessions, lowers budgets, hard-trims and evicts, following the governor's
+//!   policy; a memory ceiling adds admission control ([`EngineError::OverMemory`]).
+#![forbid(unsafe_code)]
+
+mod actor;
+mod budget;
+mod compute;
+mod config;
+mod core;
+mod error;
+mod events;
+mod handle;
+mod info;
+mod job;
+mod plan;
+mod pressure;
+mod request;
+pub mod rng;
+pub mod sampling;
+mod session;
+mod snapshot;
+pub mod stop;
+mod text;
+
+pub use config::{EngineConfig, MIN_TOKEN_BUDGET};
+pub use error::EngineError;
+pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};
+pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
+pub use info::{EngineStats, RequestSample, SessionInfo};
+pub use request::{GenerateRequest, Input, SessionOptions};
+pub use sampling::SamplingParams;
+pub use statelm_governor::{Policy, PressureLevel};
+pub use statelm_tokenizer::ChatMessage;

@@ -1,0 +1,209 @@
+//! Prompt reuse: what of a session's State a new request can keep, and what must be computed.
+//!
+//! A session keeps its `history` (every token of the conversation) and a State that reflects
+//! `history[..evaluated]` — exactly (`trimmed == false`: the State's tokens *are* that prefix)
+//! or as a trimmed view (the pinned prefix plus a recent part). `evaluated` may lag the history
+//! by the last sampled token, which is computed with the next request.
+
+use crate::error::EngineError;
+
+/// The prompt of a request, tokenized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Prompt {
+    /// The full context.
+    Full(Vec<u32>),
+    /// Tokens appended to the history.
+    Append(Vec<u32>),
+}
+
+/// What a request does to a session before any budget trimming.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReusePlan {
+    /// The history after the prompt.
+    pub history: Vec<u32>,
+    /// The State is truncated to this many tokens (its length: unchanged; 0: reset).
+    pub state_keep: usize,
+    /// `history[feed_from..]` is fed to the State.
+    pub feed_from: usize,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Plans reuse for a session with `history`, `evaluated` tokens of it in the State
+/// (`state_len` tokens, a trimmed view if `trimmed`).
+pub(crate) fn plan_reuse(
+    history: &[u32],
+    evaluated: usize,
+    trimmed: bool,
+    state_len: usize,
+    prompt: Prompt,
+) -> Result<ReusePlan, EngineError> {
+    let evaluated = evaluated.min(history.len());
+    let (new_history, mut state_keep, mut feed_from) = match prompt {
+        Prompt::Append(tokens) => {
+            let mut h = history.to_vec();
+            h.extend_from_slice(&tokens);
+            (h, state_len, evaluated)
+        }
+        Prompt::Full(tokens) if tokens.starts_with(history) => (tokens, state_len, evaluated),
+        Prompt::Full(tokens) if !trimmed => {
+            let l = common_prefix(&history[..evaluated], &tokens).min(state_len);
+            (tokens, l, l)
+        }
+        Prompt::Full(tokens) => (tokens, 0, 0),
+    };
+    if new_history.is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    if feed_from >= new_history.len() {
+        // Nothing new: recompute the last token to get its logits.
+        feed_from = new_history.len() - 1;
+        state_keep = state_keep.saturating_sub(1);
+        if trimmed && state_keep == 0 {
+            feed_from = 0;
+        }
+    }
+    Ok(ReusePlan {
+        history: new_history,
+        state_keep,
+        feed_from,
+    })
+}
+
+/// Tokens to feed to a State, each with the history length it completes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Feed {
+    tokens: Vec<u32>,
+    /// `hist_after[i]`: the session's `evaluated` once `tokens[..=i]` are in the State.
+    hist_after: Vec<usize>,
+    pos: usize,
+    /// `evaluated` before the first token.
+    base: usize,
+}
+
+impl Feed {
+    /// An empty feed; the session's `evaluated` is `base`.
+    pub fn new(base: usize) -> Feed {
+        Feed {
+            base,
+            ..Feed::default()
+        }
+    }
+
+    /// Appends history tokens `tokens`, the first at history index `start`.
+    pub fn push_history(&mut self, start: usize, tokens: &[u32]) {
+        self.tokens.extend_from_slice(tokens);
+        self.hist_after
+            .extend((0..tokens.len()).map(|i| start + i + 1));
+    }
+
+    /// Inserts tokens that recompute context already counted as evaluated (the kept tokens of
+    /// a re-prefill) before the rest.
+    pub fn insert_refeed(&mut self, kept: &[u32]) {
+        let at = self.pos;
+        let ev = self.evaluated();
+        self.tokens.splice(at..at, kept.iter().copied());
+        self.hist_after
+            .splice(at..at, std::iter::repeat_n(ev, kept.len()));
+    }
+
+    /// The session's `evaluated` after the tokens fed so far.
+    pub fn evaluated(&self) -> usize {
+        match self.pos {
+            0 => self.base,
+            p => self.hist_after[p - 1],
+        }
+    }
+
+    /// The next up to `n` tokens.
+    pub fn next_chunk(&self, n: usize) -> &[u32] {
+        let end = (self.pos + n).min(self.tokens.len());
+        &self.tokens[self.pos..end]
+    }
+
+    /// Marks `n` tokens as fed.
+    pub fn advance(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.tokens.len());
+    }
+
+    /// Tokens not fed yet.
+    pub fn remaining(&self) -> usize {
+        self.tokens.len() - self.pos
+    }
+
+    /// Tokens in the feed.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn append_feeds_the_lagging_token_and_the_new_ones() {
+        let p = plan_reuse(&[1, 2, 3], 2, false, 2, Prompt::Append(vec![4, 5])).unwrap();
+        assert_eq!(
+            (p.history, p.state_keep, p.feed_from),
+            (vec![1, 2, 3, 4, 5], 2, 2)
+        );
+    }
+
+    #[test]
+    fn full_prompt_extending_the_history_reuses_it() {
+        let p = plan_reuse(&[1, 2, 3], 3, false, 3, Prompt::Full(vec![1, 2, 3, 9])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (3, 3));
+    }
+
+    #[test]
+    fn diverging_prompt_truncates_to_the_common_prefix() {
+        let p = plan_reuse(&[1, 2, 3, 4], 4, false, 4, Prompt::Full(vec![1, 2, 7])).unwrap();
+        assert_eq!(
+            (p.history, p.state_keep, p.feed_from),
+            (vec![1, 2, 7], 2, 2)
+        );
+    }
+
+    #[test]
+    fn same_prompt_recomputes_only_the_last_token() {
+        let p = plan_reuse(&[1, 2, 3], 3, false, 3, Prompt::Full(vec![1, 2, 3])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (2, 2));
+        let p = plan_reuse(&[1, 2, 3], 3, false, 3, Prompt::Full(vec![1, 2])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (1, 1));
+    }
+
+    #[test]
+    fn trimmed_state_is_reset_when_the_prompt_diverges() {
+        let p = plan_reuse(&[1, 2, 3, 4], 4, true, 2, Prompt::Full(vec![1, 2, 9])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (0, 0));
+        // ... and kept when it extends the history.
+        let p = plan_reuse(&[1, 2, 3, 4], 4, true, 2, Prompt::Full(vec![1, 2, 3, 4, 5])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (2, 4));
+    }
+
+    #[test]
+    fn empty_prompt_is_an_error() {
+        assert!(matches!(
+            plan_reuse(&[], 0, false, 0, Prompt::Full(vec![])),
+            Err(EngineError::EmptyPrompt)
+        ));
+    }
+
+    #[test]
+    fn feed_tracks_evaluated_through_refeeds() {
+        let mut f = Feed::new(5);
+        f.push_history(5, &[10, 11, 12]);
+        assert_eq!(f.evaluated(), 5);
+        f.advance(1);
+        assert_eq!(f.evaluated(), 6);
+        f.insert_refeed(&[1, 2]);
+        assert_eq!(f.next_chunk(10), &[1, 2, 11, 12]);
+        f.advance(2);
+        assert_eq!(f.evaluated(), 6);
+        f.advance(2);
+        assert_eq!((f.evaluated(), f.remaining()), (8, 0));
+    }
+}

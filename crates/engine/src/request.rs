@@ -1,0 +1,63 @@
+//! What callers send: session options and generation requests.
+
+use crate::events::SessionId;
+use crate::sampling::SamplingParams;
+use statelm_tokenizer::ChatMessage;
+
+/// Options of a new session.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Token budget of this session (`None`: [`crate::EngineConfig::token_budget`]); capped at
+    /// the state capacity. When the context would pass it, the middle is trimmed.
+    pub token_budget: Option<usize>,
+    /// Tokens at the start of the context that trimming never drops. `None`: for chat input the
+    /// rendered system message, for text input the `system_prompt`, else 0.
+    pub pinned_prefix: Option<usize>,
+    /// A system prompt. For [`Input::Chat`] it is inserted as the first `system` message when
+    /// the conversation has none; for [`Input::Text`] it is prepended to the text, and for
+    /// [`Input::Append`] to the first text of the session. [`Input::Tokens`] ignore it.
+    pub system_prompt: Option<String>,
+}
+
+/// The input of a generation request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// The full prompt of the session. What the session already holds is reused as far as it
+    /// matches; the rest is computed.
+    Text(String),
+    /// The full conversation, rendered with the model's chat template (with the generation
+    /// prompt). As with `Text`, the matching start is reused: a new turn computes only itself.
+    Chat(Vec<ChatMessage>),
+    /// Text appended to what the session holds (its history and the last generation).
+    Append(String),
+    /// The full context as token ids (reused as far as it matches).
+    Tokens(Vec<u32>),
+}
+
+/// A generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    /// The session to run in.
+    pub session: SessionId,
+    /// The prompt.
+    pub input: Input,
+    /// How to pick tokens.
+    pub sampling: SamplingParams,
+    /// Generation stops before any of these strings; they are never streamed.
+    pub stop: Vec<String>,
+    /// Generation stops after this many tokens (0: only prefill the prompt).
+    pub max_tokens: usize,
+}
+
+impl GenerateRequest {
+    /// A request with default sampling, no stop strings and at most `max_tokens` tokens.
+    pub fn new(session: SessionId, input: Input, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest {
+            session,
+            input,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            max_tokens,
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! One session: its State (or where it was spilled), its conversation history and the events
+//! waiting for its next stream.
+
+use crate::error::EngineError;
+use crate::events::{Event, RequestId, SessionId};
+use crate::info::SessionInfo;
+use crate::request::SessionOptions;
+use statelm_model::{Model, State, StateOptions};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// One conversation with the model.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// Its id.
+    pub id: SessionId,
+    /// Options it was created with.
+    pub opts: SessionOptions,
+    /// Its State; `None` while spilled.
+    pub state: Option<State>,
+    /// Where its State was spilled.
+    pub spill_path: Option<PathBuf>,
+    /// Tokens in the State when it was spilled.
+    pub spilled_tokens: usize,
+    /// Every token of the conversation, including ones trimmed out of the State.
+    pub history: Vec<u32>,
+    /// `history[..evaluated]` is reflected in the State.
+    pub evaluated: usize,
+    /// The State is a trimmed view of `history[..evaluated]` rather than exactly it.
+    pub trimmed: bool,
+    /// Tokens at the start of the State that trimming keeps.
+    pub pinned: usize,
+    /// Its token budget as configured.
+    pub budget: usize,
+    /// Events to deliver at the start of its next stream.
+    pub pending: Vec<Event>,
+    /// The generation running on it.
+    pub busy: Option<RequestId>,
+    /// When it was last used (created or finished a request).
+    pub last_used: Instant,
+    /// Already hard-trimmed in the current pressure episode.
+    pub hard_trimmed: bool,
+    /// Decode speed of its last generation.
+    pub last_tps: f64,
+}
+
+impl Session {
+    /// A new, empty session.
+    pub fn new(id: SessionId, opts: SessionOptions, state: State, budget: usize) -> Session {
+        Session {
+            id,
+            pinned: opts.pinned_prefix.unwrap_or(0),
+            opts,
+            state: Some(state),
+            spill_path: None,
+            spilled_tokens: 0,
+            history: Vec::new(),
+            evaluated: 0,
+            trimmed: false,
+            budget,
+            pending: Vec::new(),
+            busy: None,
+            last_used: Instant::now(),
+            hard_trimmed: false,
+            last_tps: 0.0,
+        }
+    }
+
+    /// The budget in force with the engine's budget `factor` (never below the minimum).
+    pub fn effective_budget(&self, factor: f64) -> usize {
+        let b = (self.budget as f64 * factor) as usize;
+        b.clamp(
+            crate::config::MIN_TOKEN_BUDGET.min(self.budget),
+            self.budget,
+        )
+    }
+
+    /// Tokens in the State (or in the spilled one).
+    pub fn state_len(&self) -> usize {
+        self.state.as_ref().map_or(self.spilled_tokens, State::len)
+    }
+
+    /// Bytes its State holds in memory (0 while spilled).
+    pub fn resident_bytes(&self) -> u64 {
+        self.state.as_ref().map_or(0, |s| s.bytes() as u64)
+    }
+
+    /// Whether its State is on disk.
+    pub fn is_spilled(&self) -> bool {
+        self.state.is_none()
+    }
+
+    /// What `session_info` reports.
+    pub fn info(&self, factor: f64) -> SessionInfo {
+        SessionInfo {
+            id: self.id,
+            state_tokens: self.state_len(),
+            history_tokens: self.history.len(),
+            kv_bytes: self.state.as_ref().map_or(0, State::kv_bytes),
+            state_bytes: self.state.as_ref().map_or(0, State::bytes),
+            token_budget: self.budget,
+            effective_budget: self.effective_budget(factor),
+            pinned_prefix: self.pinned,
+            spilled: self.is_spilled(),
+            busy: self.busy.is_some(),
+            trimmed: self.trimmed || self.evaluated + 1 < self.history.len(),
+            last_decode_tokens_per_s: self.last_tps,
+        }
+    }
+
+    /// Writes the State to `path` and frees it. On failure the State stays in memory.
+    pub fn spill(&mut self, path: PathBuf) -> Result<(), EngineError> {
+        let Some(state) = self.state.as_ref() else {
+            return Ok(());
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        state.save_to_file(&path)?;
+        self.spilled_tokens = state.len();
+        self.state = None;
+        self.spill_path = Some(path);
+        Ok(())
+    }
+
+    /// Reads a spilled State back (and deletes its file). `Ok(false)`: it was not spilled.
+    pub fn restore(&mut self, model: &Model) -> Result<bool, EngineError> {
+        if self.state.is_some() {
+            return Ok(false);
+        }
+        let path = self.spill_path.take().ok_or(EngineError::BadSessionFile(
+            "spilled session has no spill file".into(),
+        ))?;
+        let loaded = State::load_from_file(&path, model);
+        let _ = std::fs::remove_file(&path);
+        self.state = Some(loaded?);
+        Ok(true)
+    }
+
+    /// Drops the cache (a fresh State of the same shape), keeping the history: the next request
+    /// recomputes the conversation within the budget.
+    pub fn evict(&mut self, model: &Model, opts: StateOptions) -> Result<(), EngineError> {
+        self.state = Some(model.new_state_with(opts)?);
+        self.discard_spill_file();
+        self.evaluated = 0;
+        self.trimmed = false;
+        Ok(())
+    }
+
+    /// Deletes the spill file, if any.
+    pub fn discard_spill_file(&mut self) {
+        if let Some(p) = self.spill_path.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Trims the resident State to its pinned prefix and the `keep_suffix` most recent tokens.
+    /// Returns `(dropped, kept, reprefill)`, or `None` when nothing was dropped. A re-prefill
+    /// leaves the kept tokens pending: the next forward call (or feed) recomputes them.
+    pub fn trim(&mut self, keep_prefix: usize, keep_suffix: usize) -> Option<(usize, usize, bool)> {
+        let state = self.state.as_mut()?;
+        match state.retain(keep_prefix, keep_suffix) {
+            statelm_model::RetainOutcome::Unchanged => None,
+            statelm_model::RetainOutcome::Shifted { dropped, kept } => {
+                self.trimmed = true;
+                Some((dropped, kept, false))
+            }
+            statelm_model::RetainOutcome::Reprefill { dropped, kept } => {
+                self.trimmed = true;
+                Some((dropped, kept, true))
+            }
+        }
+    }
+
+    /// The most recent tokens of the context, for the repetition penalties.
+    pub fn recent(&self, n: usize) -> &[u32] {
+        &self.history[self.history.len().saturating_sub(n)..]
+    }
+}

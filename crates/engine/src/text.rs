@@ -1,0 +1,123 @@
+//! From request input to tokens: prompt text, chat rendering, the pinned system prefix, and the
+//! streaming detokenizer.
+
+use crate::error::EngineError;
+use crate::plan::Prompt;
+use crate::request::{Input, SessionOptions};
+use statelm_tokenizer::{ChatMessage, StreamingDetokenizer, Tokenizer};
+
+/// A tokenized request input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tokenized {
+    /// The tokens and whether they replace or extend the history.
+    pub prompt: Prompt,
+    /// Tokens of the system prompt at the start of the context, when known.
+    pub pinned: Option<usize>,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Tokenizes text the way prompts are (special-token texts are parsed).
+fn encode(tok: &Tokenizer, text: &str, add_special: bool) -> Result<Vec<u32>, EngineError> {
+    let mut ids = tok.encode(text, add_special, true)?;
+    // A template or text that spells out BOS, tokenized with BOS added, starts with two.
+    if let Some(bos) = tok.bos_id() {
+        if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+            ids.remove(0);
+        }
+    }
+    Ok(ids)
+}
+
+/// How many of `tokens` are the tokens of `prefix` (their common start).
+fn pinned_len(tok: &Tokenizer, prefix: &str, tokens: &[u32]) -> Option<usize> {
+    let p = encode(tok, prefix, true).ok()?;
+    Some(common_prefix(&p, tokens))
+}
+
+/// The conversation with the session's system prompt inserted when it has no system message.
+fn with_system(messages: &[ChatMessage], system: Option<&str>) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    if let Some(sys) = system {
+        if messages.first().is_none_or(|m| m.role != "system") {
+            out.push(ChatMessage::new("system", sys));
+        }
+    }
+    out.extend_from_slice(messages);
+    out
+}
+
+/// Tokenizes `input` for a session with options `opts` whose history is empty or not.
+pub(crate) fn tokenize(
+    tok: &Tokenizer,
+    input: &Input,
+    opts: &SessionOptions,
+    history_empty: bool,
+    n_vocab: usize,
+) -> Result<Tokenized, EngineError> {
+    let system = opts.system_prompt.as_deref();
+    match input {
+        Input::Text(text) => {
+            let full = format!("{}{text}", system.unwrap_or(""));
+            let ids = encode(tok, &full, true)?;
+            let pinned = system.and_then(|s| pinned_len(tok, s, &ids));
+            Ok(Tokenized {
+                prompt: Prompt::Full(ids),
+                pinned,
+            })
+        }
+        Input::Chat(messages) => {
+            let conv = with_system(messages, system);
+            let rendered = tok.render_chat(&conv, true)?;
+            let ids = encode(tok, &rendered, true)?;
+            let pinned = match conv.first() {
+                Some(m) if m.role == "system" => tok
+                    .render_chat(&conv[..1], false)
+                    .ok()
+                    .and_then(|s| pinned_len(tok, &s, &ids)),
+                _ => None,
+            };
+            Ok(Tokenized {
+                prompt: Prompt::Full(ids),
+                pinned,
+            })
+        }
+        Input::Append(text) => {
+            let (full, sys) = match system {
+                Some(s) if history_empty => (format!("{s}{text}"), Some(s)),
+                _ => (text.clone(), None),
+            };
+            let ids = encode(tok, &full, history_empty)?;
+            let pinned = sys.and_then(|s| pinned_len(tok, s, &ids));
+            Ok(Tokenized {
+                prompt: Prompt::Append(ids),
+                pinned,
+            })
+        }
+        Input::Tokens(ids) => {
+            if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(EngineError::InvalidRequest(format!(
+                    "token id {bad} is outside the vocabulary ({n_vocab} tokens)"
+                )));
+            }
+            Ok(Tokenized {
+                prompt: Prompt::Full(ids.clone()),
+                pinned: None,
+            })
+        }
+    }
+}
+
+/// A streaming detokenizer for text that continues a context: the leading space an SPM
+/// tokenizer strips at the start of a text is kept (" Paris" after "The capital is").
+pub(crate) fn continuation_detokenizer(tok: &Tokenizer) -> StreamingDetokenizer {
+    let mut d = StreamingDetokenizer::new();
+    if let Ok(ids) = tok.encode("a", false, false) {
+        for id in ids {
+            let _ = d.push(tok, id);
+        }
+    }
+    d
+}

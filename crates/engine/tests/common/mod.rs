@@ -1,0 +1,112 @@
+//! Shared helpers for the engine's real-model tests.
+#![allow(dead_code)]
+
+use futures::StreamExt;
+use statelm_engine::{
+    DoneStats, Engine, EngineConfig, EngineError, EngineHandle, Event, GenerateRequest, Input,
+    SamplingParams, SessionId,
+};
+use statelm_model::{LoadOptions, Model};
+use std::sync::{Arc, OnceLock};
+
+/// The Gemma model, loaded once per test binary (`None`: skipped).
+pub fn gemma() -> Option<Arc<Model>> {
+    static MODEL: OnceLock<Option<Arc<Model>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = statelm_model::testing::gemma_path()?;
+            Some(Model::load(path, &LoadOptions::default()).expect("gemma loads"))
+        })
+        .clone()
+}
+
+/// An engine over Gemma with small, test-friendly settings.
+pub fn engine(config: EngineConfig) -> Option<(Arc<Model>, EngineHandle)> {
+    let model = gemma()?;
+    let engine = Engine::start(model.clone(), config);
+    Some((model, engine))
+}
+
+/// A test configuration: small states, a private spill directory.
+pub fn config(spill: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        session_capacity: 1024,
+        token_budget: 1024,
+        spill_dir: spill.to_path_buf(),
+        ..EngineConfig::default()
+    }
+}
+
+/// Everything one generation streamed.
+#[derive(Debug, Default, Clone)]
+pub struct Run {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub events: Vec<Event>,
+    pub done: Option<DoneStats>,
+    pub error: Option<String>,
+}
+
+impl Run {
+    pub fn done(&self) -> &DoneStats {
+        self.done
+            .as_ref()
+            .unwrap_or_else(|| panic!("no Done event: {self:?}"))
+    }
+}
+
+/// Collects a whole stream.
+pub async fn collect(mut stream: statelm_engine::GenerationStream) -> Run {
+    let mut run = Run::default();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(ev) => record(&mut run, ev),
+            Err(e) => run.error = Some(e.to_string()),
+        }
+    }
+    run
+}
+
+/// Adds one event to `run`.
+pub fn record(run: &mut Run, ev: Event) {
+    match &ev {
+        Event::Token { id, text } => {
+            run.tokens.push(*id);
+            run.text.push_str(text);
+        }
+        Event::Text { text } => run.text.push_str(text),
+        Event::Done(d) => run.done = Some(d.clone()),
+        _ => {}
+    }
+    run.events.push(ev);
+}
+
+/// A greedy request.
+pub fn greedy(session: SessionId, input: Input, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        session,
+        input,
+        sampling: SamplingParams::greedy(),
+        stop: Vec::new(),
+        max_tokens,
+    }
+}
+
+/// Greedy sampling with every end-of-generation token banned (so runs have a known length).
+pub fn no_eog(model: &Model) -> SamplingParams {
+    let mut p = SamplingParams::greedy();
+    for &id in model.tokenizer().eog_ids() {
+        p.logit_bias.insert(id, f32::NEG_INFINITY);
+    }
+    p
+}
+
+/// Runs one request to the end.
+pub async fn run(engine: &EngineHandle, req: GenerateRequest) -> Run {
+    collect(engine.generate(req)).await
+}
+
+/// Creates a session with default options.
+pub async fn session(engine: &EngineHandle) -> Result<SessionId, EngineError> {
+    engine.create_session(Default::default()).await
+}

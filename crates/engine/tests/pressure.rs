@@ -1,0 +1,337 @@
+//! Memory pressure on the real Gemma model: spills and restores, hard trims and evictions,
+//! admission control under a memory ceiling, and a governor monitor feeding levels in.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use statelm_engine::{EngineConfig, EngineError, Event, Input, PressureLevel, StopReason};
+use std::time::Duration;
+
+const PROMPT: &str = "The capital of France is";
+
+/// Waits until `f` holds (polling the engine), or fails after a few seconds.
+async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn warning_spills_idle_sessions_and_restores_them_on_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        idle_after: Duration::ZERO,
+        ..config(dir.path())
+    };
+    let Some((_, engine)) = engine(cfg) else {
+        return;
+    };
+    // The reference: the same two turns without pressure.
+    let reference = session(&engine).await.unwrap();
+    run(&engine, greedy(reference, Input::Text(PROMPT.into()), 4)).await;
+    let expected = run(&engine, greedy(reference, Input::Append(" Its".into()), 4)).await;
+    engine.close_session(reference).await.unwrap();
+
+    let s = session(&engine).await.unwrap();
+    run(&engine, greedy(s, Input::Text(PROMPT.into()), 4)).await;
+    let before = engine.session_info(s).await.unwrap();
+    engine.memory_warning(PressureLevel::Warning);
+    eventually("the spill", || async {
+        engine.session_info(s).await.unwrap().spilled
+    })
+    .await;
+    let info = engine.session_info(s).await.unwrap();
+    assert_eq!(
+        (info.state_bytes, info.history_tokens),
+        (0, before.history_tokens)
+    );
+    assert_eq!(info.state_tokens, before.state_tokens);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "one spill file"
+    );
+    // A spilled session can be saved (from its spill file) without being restored.
+    let saved = tempfile::tempdir().unwrap();
+    let path = saved.path().join("spilled.session");
+    engine.save_session(s, &path).await.unwrap();
+    assert!(engine.session_info(s).await.unwrap().spilled);
+    let copy = engine.load_session(&path).await.unwrap();
+    let copy_info = engine.session_info(copy).await.unwrap();
+    assert_eq!(copy_info.history_tokens, before.history_tokens);
+    engine.close_session(copy).await.unwrap();
+
+    let r = run(&engine, greedy(s, Input::Append(" Its".into()), 4)).await;
+    assert!(
+        matches!(r.events[0], Event::Spilled { .. }),
+        "{:?}",
+        r.events
+    );
+    assert!(matches!(r.events[1], Event::Restored), "{:?}", r.events);
+    assert_eq!(r.tokens, expected.tokens);
+    assert_eq!(r.done().cached_tokens, before.state_tokens);
+    let stats = engine.stats().await;
+    assert_eq!((stats.spills, stats.restores), (1, 1));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "spill file removed"
+    );
+    engine.memory_warning(PressureLevel::Normal);
+    eventually("budgets restored", || async {
+        engine.stats().await.budget_factor == 1.0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn critical_hard_trims_then_evicts_the_active_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.policy.hard_trim_suffix = 16;
+    let Some((model, engine)) = engine(cfg) else {
+        return;
+    };
+    let s = session(&engine).await.unwrap();
+    let prompt = "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve,";
+    let mut req = greedy(s, Input::Text(prompt.into()), 200);
+    req.sampling = no_eog(&model);
+    let mut stream = engine.generate(req);
+    let mut run = Run::default();
+    let mut warned = 0;
+    while let Some(ev) = stream.next().await {
+        let ev = ev.unwrap();
+        match (&ev, warned) {
+            (Event::Token { .. }, 0) => {
+                engine.memory_warning(PressureLevel::Critical);
+                warned = 1;
+            }
+            (Event::ContextTrimmed { kept, .. }, 1) => {
+                assert!(*kept <= 1 + 16, "hard trim keeps BOS + 16: {ev:?}");
+                engine.memory_warning(PressureLevel::Critical);
+                warned = 2;
+            }
+            _ => {}
+        }
+        record(&mut run, ev);
+    }
+    assert!(
+        run.events
+            .iter()
+            .any(|e| matches!(e, Event::CacheEvicted { .. })),
+        "{:?}",
+        run.events
+    );
+    assert_eq!(run.done().stop_reason, StopReason::Evicted);
+    assert!(run.done().generated_tokens < 200);
+    let info = engine.session_info(s).await.unwrap();
+    assert_eq!(info.state_tokens, 0);
+    let stats = engine.stats().await;
+    assert!(stats.trims >= 1 && stats.evictions == 1, "{stats:?}");
+    // The history survived: the next request recomputes it and answers.
+    let next = common::run(&engine, greedy(s, Input::Append(" thirteen".into()), 2)).await;
+    assert_eq!(next.done().cached_tokens, 0);
+    assert_eq!(next.done().prefilled_tokens, next.done().prompt_tokens);
+    assert!(next.done().prompt_tokens > info.history_tokens);
+}
+
+#[tokio::test]
+async fn memory_ceiling_spills_idle_sessions_before_refusing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = gemma() else { return };
+    // Measure one session's footprint without a ceiling.
+    let (_, probe) = engine(config(dir.path())).unwrap();
+    let a = session(&probe).await.unwrap();
+    run(&probe, greedy(a, Input::Text(PROMPT.into()), 2)).await;
+    let footprint = probe.session_info(a).await.unwrap().state_bytes as u64;
+    drop(probe);
+
+    // Room for the weights, one such session and a little: a second session must spill the first.
+    let cfg = EngineConfig {
+        memory_ceiling: Some(model.file_bytes() + footprint + footprint / 4),
+        ..config(dir.path())
+    };
+    let (_, limited) = engine(cfg).unwrap();
+    let a = session(&limited).await.unwrap();
+    run(&limited, greedy(a, Input::Text(PROMPT.into()), 2)).await;
+    let b = session(&limited).await.unwrap();
+    let rb = run(&limited, greedy(b, Input::Text(PROMPT.into()), 2)).await;
+    assert!(rb.done.is_some(), "{rb:?}");
+    assert!(limited.session_info(a).await.unwrap().spilled);
+    let ra = run(&limited, greedy(a, Input::Append(" and".into()), 1)).await;
+    assert!(
+        matches!(ra.events[0], Event::Spilled { .. }),
+        "{:?}",
+        ra.events
+    );
+    assert!(ra.events.iter().any(|e| matches!(e, Event::Restored)));
+
+    // A ceiling below the weights admits nothing.
+    let cfg = EngineConfig {
+        memory_ceiling: Some(model.file_bytes() / 2),
+        ..config(dir.path())
+    };
+    let (_, tight) = engine(cfg).unwrap();
+    match session(&tight).await {
+        Err(EngineError::OverMemory { used, ceiling, .. }) => {
+            assert!(used > ceiling);
+        }
+        other => panic!("expected OverMemory, got {other:?}"),
+    }
+    assert_eq!(tight.stats().await.admission_refusals, 1);
+}
+
+#[tokio::test]
+async fn attached_monitor_feeds_host_levels_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        idle_after: Duration::ZERO,
+        ..config(dir.path())
+    };
+    let Some((_, engine)) = engine(cfg) else {
+        return;
+    };
+    let s = session(&engine).await.unwrap();
+    run(&engine, greedy(s, Input::Text(PROMPT.into()), 2)).await;
+    let signal = statelm_governor::HostSignal::new();
+    let monitor_cfg = statelm_governor::MonitorConfig {
+        interval: Duration::from_millis(20),
+        settle: Duration::from_millis(20),
+        publish_readings: false,
+    };
+    let _monitor = engine
+        .attach_monitor(vec![Box::new(signal.source())], monitor_cfg)
+        .unwrap();
+    signal.raise(PressureLevel::Warning);
+    eventually("the monitor's spill", || async {
+        engine.session_info(s).await.unwrap().spilled
+    })
+    .await;
+    assert_eq!(engine.stats().await.pressure, "warning");
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_stops_the_engine_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        idle_after: Duration::ZERO,
+        ..config(dir.path())
+    };
+    let Some((_, engine)) = engine(cfg) else {
+        return;
+    };
+    let s = session(&engine).await.unwrap();
+    run(&engine, greedy(s, Input::Text(PROMPT.into()), 2)).await;
+    engine.memory_warning(PressureLevel::Warning);
+    eventually("the spill", || async {
+        engine.session_info(s).await.unwrap().spilled
+    })
+    .await;
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    let weak = engine.downgrade();
+    let clone = engine.clone();
+    drop(engine);
+    assert!(weak.upgrade().is_some(), "a clone keeps it running");
+    drop(clone); // joins the engine thread
+    assert!(weak.upgrade().is_none());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "spill files deleted"
+    );
+}
+
+#[tokio::test]
+async fn mixed_load_keeps_every_session_consistent() {
+    // Three sessions, small budgets, cancellations and pressure changes interleaved: every
+    // stream must end with Done or an error, and every session must stay usable.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = EngineConfig {
+        token_budget: 48,
+        idle_after: Duration::ZERO,
+        ..config(dir.path())
+    };
+    cfg.policy.hard_trim_suffix = 12;
+    let Some((model, engine)) = engine(cfg) else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(session(&engine).await.unwrap());
+    }
+    let levels = [
+        PressureLevel::Warning,
+        PressureLevel::Critical,
+        PressureLevel::Critical,
+        PressureLevel::Critical, // all hard-trimmed by now: one session is evicted
+        PressureLevel::Normal,
+    ];
+    for (round, &level) in levels.iter().enumerate() {
+        let streams: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let input = if round == 0 {
+                    Input::Text(format!("Story {i}: once upon a time"))
+                } else {
+                    Input::Append(" Then".into())
+                };
+                let mut req = greedy(s, input, 6 + i);
+                req.sampling = no_eog(&model);
+                engine.generate(req)
+            })
+            .collect();
+        let mut handles = Vec::new();
+        for (i, mut stream) in streams.into_iter().enumerate() {
+            let cut = (round + i) % 3 == 0; // drop this one after two tokens
+            handles.push(tokio::spawn(async move {
+                let mut run = Run::default();
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(ev) => record(&mut run, ev),
+                        Err(e) => run.error = Some(e.to_string()),
+                    }
+                    if cut && run.tokens.len() == 2 {
+                        return (true, run);
+                    }
+                }
+                (false, run)
+            }));
+        }
+        engine.memory_warning(level);
+        for h in handles {
+            let (cut, run) = h.await.unwrap();
+            assert!(
+                cut || run.done.is_some() || run.error.is_some(),
+                "stream ended without Done: {run:?}"
+            );
+        }
+        for &s in &ids {
+            eventually("the session to be free", || async {
+                !engine.session_info(s).await.unwrap().busy
+            })
+            .await;
+            let info = engine.session_info(s).await.unwrap();
+            assert!(info.state_tokens <= 48, "{info:?}");
+            if !info.trimmed && !info.spilled {
+                assert!(info.history_tokens - info.state_tokens <= 1, "{info:?}");
+            }
+        }
+    }
+    let stats = engine.stats().await;
+    assert!(stats.trims > 0 && stats.evictions > 0, "{stats:?}");
+    // Every session still answers.
+    for &s in &ids {
+        let r = run(&engine, greedy(s, Input::Append(" End".into()), 2)).await;
+        assert_eq!(r.done().generated_tokens, 2, "{r:?}");
+    }
+}
