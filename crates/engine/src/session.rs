@@ -159,7 +159,10 @@ impl Session {
     /// leaves the kept tokens pending: the next forward call (or feed) recomputes them.
     pub fn trim(&mut self, keep_prefix: usize, keep_suffix: usize) -> Option<(usize, usize, bool)> {
         let state = self.state.as_mut()?;
-        match state.retain(keep_prefix, keep_suffix) {
+        let outcome = state.retain(keep_prefix, keep_suffix);
+        // Hand the dropped cells' memory back, not only stop using it.
+        state.shrink();
+        match outcome {
             statelm_model::RetainOutcome::Unchanged => None,
             statelm_model::RetainOutcome::Shifted { dropped, kept } => {
                 self.trimmed = true;

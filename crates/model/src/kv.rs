@@ -133,6 +133,20 @@ impl Rows {
         }
     }
 
+    /// Frees rows past the first `cells`.
+    fn shrink_to_cells(&mut self, cells: usize) {
+        let n = cells * self.row_units();
+        fn cut<T>(v: &mut Vec<T>, n: usize) {
+            v.truncate(n);
+            v.shrink_to_fit();
+        }
+        match &mut self.data {
+            Data::F32(v) => cut(v, n),
+            Data::F16(v) => cut(v, n),
+            Data::Q8_0(v) => cut(v, n),
+        }
+    }
+
     fn allocated(&self) -> usize {
         match &self.data {
             Data::F32(v) => v.capacity() * 4,
@@ -327,6 +341,15 @@ impl LayerCache {
         self.pos.truncate(next);
         self.head = next % self.max_cells;
         moved
+    }
+
+    /// Returns the memory of unused cells (keeps whole growth chunks).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        let cells = self.pos.len().div_ceil(GROW_CELLS) * GROW_CELLS;
+        let cells = cells.min(self.max_cells);
+        self.k.shrink_to_cells(cells);
+        self.v.shrink_to_cells(cells);
+        self.pos.shrink_to_fit();
     }
 
     /// Drops every cell.

@@ -165,19 +165,14 @@ impl State {
         }
     }
 
-    /// Frees every allocation not needed for the tokens in context.
+    /// Frees every allocation not needed for the tokens in context: the scratch buffers (they
+    /// grow back on the next forward call) and the cache cells past the last growth chunk in
+    /// use. Call it after a trim to hand the memory back, not only stop using it.
     pub fn shrink(&mut self) {
         self.scratch = Scratch::default();
         self.tokens.shrink_to_fit();
-        if self.tokens.is_empty() {
-            for l in &mut self.layers {
-                *l = LayerCache::new(
-                    self.kv_type,
-                    self.config.k_dim(),
-                    self.config.v_dim(),
-                    l.max_cells(),
-                );
-            }
+        for l in &mut self.layers {
+            l.shrink_to_fit();
         }
     }
 

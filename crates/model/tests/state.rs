@@ -261,6 +261,15 @@ fn bytes_grow_with_tokens_and_clear_keeps_capacity() {
         model.forward(&mut state, &[7]).unwrap();
     }
     assert!(state.kv_bytes() > some, "the cache grows as tokens arrive");
+    let grown = state.kv_bytes();
+    state.retain(2, 8);
+    state.shrink();
+    assert!(
+        state.kv_bytes() < grown,
+        "shrink after a trim returns cache memory"
+    );
+    model.forward(&mut state, &[7]).unwrap();
+    assert_eq!(state.len(), 11, "the state keeps working after a shrink");
     state.clear();
     assert_eq!(state.len(), 0);
     state.shrink();
