@@ -20,11 +20,43 @@ struct Cli {
     /// Model cache directory (default: $STATELM_CACHE or ~/.cache/statelm).
     #[arg(long, global = true, env = "STATELM_CACHE")]
     cache_dir: Option<PathBuf>,
+    /// Choose the weights' quantization tier from this device's memory when loading a model:
+    /// `default` (≥ 8 GiB → q8_0, else a 4-bit variant), `fit` (the planner's highest precision
+    /// that fits), or force `q8_0` / `q4`. `-m` may then name a directory of variants; a missing
+    /// variant is made by requantizing a higher-precision file in memory. Off unless given.
+    #[arg(long, global = true, env = "STATELM_TIER", value_parser = parse_tier)]
+    tier: Option<TierArg>,
     /// Worker threads for inference (default: one per available core).
     #[arg(short = 't', long, global = true, env = "STATELM_THREADS")]
     threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--tier`: a policy, or a forced precision.
+#[derive(Debug, Clone, Copy)]
+pub struct TierArg {
+    /// How to choose.
+    pub policy: statelm_model::tier::TierPolicy,
+    /// Forced precision, if any.
+    pub quant: Option<statelm_model::tier::QuantTier>,
+}
+
+fn parse_tier(s: &str) -> Result<TierArg, String> {
+    use statelm_model::tier::{QuantTier, TierPolicy};
+    if let Some(policy) = TierPolicy::parse(s) {
+        return Ok(TierArg {
+            policy,
+            quant: None,
+        });
+    }
+    match QuantTier::parse(s) {
+        Some(q) => Ok(TierArg {
+            policy: TierPolicy::Default,
+            quant: Some(q),
+        }),
+        None => Err(format!("unknown tier {s:?} (default, fit, q8_0, q4)")),
+    }
 }
 
 /// What every command may need from the global flags.
@@ -36,6 +68,8 @@ pub struct Ctx {
     pub verbose: u8,
     /// `--threads`.
     pub threads: Option<usize>,
+    /// `--tier`.
+    pub tier: Option<TierArg>,
 }
 
 impl Ctx {
@@ -105,6 +139,7 @@ fn main() -> ExitCode {
         cache: cli.cache_dir.clone(),
         verbose: cli.verbose,
         threads: cli.threads,
+        tier: cli.tier,
     };
     let cache = ctx.cache.as_deref();
     let result = match &cli.command {

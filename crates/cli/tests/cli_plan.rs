@@ -153,3 +153,28 @@ fn doctor_and_device_profile_honour_simulation() {
         "{text}"
     );
 }
+
+/// `--tier` on a directory of variants: a small device gets the 4-bit file, a large one the
+/// Q8_0 file, and each load says what it chose in one line.
+#[test]
+fn tier_flag_picks_the_variant_for_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = SyntheticSpec::tiny(Arch::Llama);
+    spec.weight_type = GgmlType::Q4_0;
+    write_synthetic_model(dir.path().join("m-q4_0.gguf"), &spec).unwrap();
+    spec.weight_type = GgmlType::Q8_0;
+    write_synthetic_model(dir.path().join("m-q8_0.gguf"), &spec).unwrap();
+    let d = dir.path().to_str().unwrap();
+    for (mem, want) in [("4GiB", "m-q4_0.gguf"), ("16GiB", "m-q8_0.gguf")] {
+        let (ok, _out, err) = statelm(
+            &["--tier", "default", "run", "-m", d, "-p", "ab", "-n", "2"],
+            &[("STATELM_DEVICE_MEMORY", mem)],
+        );
+        assert!(ok, "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("tier "))
+            .expect("a tier line");
+        assert!(line.contains(want), "{mem}: {line}");
+    }
+}

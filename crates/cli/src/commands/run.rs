@@ -124,10 +124,35 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Resolves `-m` (fetching a known model when missing) and loads it.
 pub(crate) fn load_model(ctx: &Ctx, arg: Option<&str>) -> Result<(PathBuf, Arc<Model>)> {
+    if let Some(tier) = ctx.tier {
+        return load_tiered(ctx, arg, tier);
+    }
     let path = ctx.model_path(arg, false)?;
     let model = Model::load(&path, &ctx.load_options())
         .with_context(|| format!("cannot load {}", path.display()))?;
     Ok((path, model))
+}
+
+/// `--tier`: picks (or makes) the variant for this device and says what it chose, in one line.
+fn load_tiered(
+    ctx: &Ctx,
+    arg: Option<&str>,
+    tier: crate::TierArg,
+) -> Result<(PathBuf, Arc<Model>)> {
+    use statelm_model::tier::{load_for_device, TierOverrides};
+    let path = match arg.map(std::path::Path::new) {
+        Some(dir) if dir.is_dir() => dir.to_path_buf(),
+        _ => ctx.model_path(arg, false)?,
+    };
+    let profile = crate::commands::device::profile()?;
+    let mem = crate::commands::device::memory_of(&profile);
+    let ov = TierOverrides {
+        quant: tier.quant,
+        budget: None,
+    };
+    let (model, choice) = load_for_device(&[path], &mem, tier.policy, &ov, &ctx.load_options())?;
+    eprintln!("{}", choice.summary);
+    Ok((choice.path, model))
 }
 
 /// Terminal styling: ANSI only where the stream is a terminal.
