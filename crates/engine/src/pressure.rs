@@ -27,27 +27,44 @@ impl Actor {
         let Some(ceiling) = self.core.config.memory_ceiling else {
             return;
         };
-        let used = self.core.used_bytes(0);
-        let own = self
-            .core
-            .config
-            .policy
-            .thresholds
-            .level(Some(used), Some(ceiling));
+        let own = self.own_level(ceiling);
         if own != self.core.own_level {
             self.core.own_level = own;
             self.run_ladder();
         }
     }
 
+    /// The engine's own level from its accounting: the sessions' bytes over the room the ceiling
+    /// leaves beside the weights (weights that are most of the ceiling are not pressure), and
+    /// at most Warning — admission control already keeps every State under the ceiling, so hard
+    /// trims and evictions are kept for pressure the OS or the host reports.
+    fn own_level(&self, ceiling: u64) -> PressureLevel {
+        let weights = self.core.model.file_bytes();
+        let room = ceiling.saturating_sub(weights).max(1);
+        let sessions = self.core.used_bytes(0).saturating_sub(weights);
+        let level = self
+            .core
+            .config
+            .policy
+            .thresholds
+            .level(Some(sessions), Some(room));
+        level.min(PressureLevel::Warning)
+    }
+
     /// What the policy knows about every session.
     fn policy_input(&self) -> PolicyInput {
         let now = Instant::now();
         let idle_after = self.core.config.idle_after;
+        // The policy sees the room the ceiling leaves beside the weights, and the sessions'
+        // bytes in it: weights that are most of the ceiling are not pressure.
+        let weights = self.core.model.file_bytes();
         let mut input = PolicyInput::new(
             self.core.level,
-            self.core.config.memory_ceiling.unwrap_or(u64::MAX),
-            self.core.used_bytes(0),
+            self.core
+                .config
+                .memory_ceiling
+                .map_or(u64::MAX, |c| c.saturating_sub(weights).max(1)),
+            self.core.used_bytes(0).saturating_sub(weights),
         );
         input.budget_factor = self.core.factor;
         let epoch = self

@@ -3,7 +3,7 @@
 //! action that says so.
 //!
 //! The ladder (the effective level is the max of the OS level and the level of
-//! the budget's own `used / ceiling`):
+//! the budget's own `used / ceiling`, which raises it to Warning at most):
 //! - any level: a resident session over its token budget is trimmed to its
 //!   pinned prefix plus the most recent half of the budget ([`Action::Trim`]);
 //! - Warning: budgets lowered ([`Action::LowerBudgets`]) and idle sessions
@@ -184,7 +184,13 @@ pub fn decide(input: &PolicyInput) -> Vec<Action> {
 impl Policy {
     /// The effective level and a phrase saying where it comes from.
     fn effective_level(&self, input: &PolicyInput) -> (PressureLevel, String) {
-        let own = self.thresholds.level(Some(input.used), Some(input.ceiling));
+        // The budget's own figures raise the level to Warning at most: admission control
+        // already keeps every allocation under the ceiling, so hard trims and evictions are
+        // kept for pressure the OS or the host reports.
+        let own = self
+            .thresholds
+            .level(Some(input.used), Some(input.ceiling))
+            .min(PressureLevel::Warning);
         if own > input.level {
             let pct = input.used as f64 * 100.0 / input.ceiling.max(1) as f64;
             let why = format!(

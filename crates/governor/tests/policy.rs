@@ -111,11 +111,12 @@ fn lowering_is_not_repeated_and_is_restored_at_normal() {
 }
 
 #[test]
-fn own_accounting_raises_the_level() {
+fn own_accounting_raises_the_level_to_warning_at_most() {
+    // Admission control holds the ceiling; the budget's own figures never hard-trim or evict.
     let mut i = input(PressureLevel::Normal, vec![]);
     i.used = i.ceiling / 100 * 95;
     let actions = decide(&i);
-    assert!(matches!(actions[..], [Action::LowerBudgets { factor, .. }] if factor == 0.5));
+    assert!(matches!(actions[..], [Action::LowerBudgets { factor, .. }] if factor == 0.75));
     assert!(
         actions[0].reason().contains("memory budget 95% used"),
         "{}",
