@@ -39,11 +39,14 @@ fn check(
         f32kv.mean_abs()
     );
     let f16kv = teacher_force_file(&model, reference, KvType::F16);
-    // "No worse than llama.cpp's own default", with 5% slack on the mean for run-to-run noise.
+    // "No worse than llama.cpp's own default", within the noise of one run: a single top-1 flip
+    // is 0.26 points on these 384 steps, and any change of summation order flips a few
+    // near-ties (llama.cpp's own f16 and f32 runs disagree on 5 of them). So: top-1 within half
+    // a point of llama.cpp's default, and the mean within 5% of it.
     let (top1_bar, mean_bar) = llama_default;
     assert!(
-        f16kv.top1() >= top1_bar,
-        "f16 KV top-1 {:.3} < llama.cpp's {top1_bar}",
+        f16kv.top1() >= top1_bar - 0.005,
+        "f16 KV top-1 {:.4} < llama.cpp's {top1_bar} - 0.005",
         f16kv.top1()
     );
     assert!(
