@@ -200,15 +200,7 @@ fn attention_block(
         n,
         &mut sc.xb2,
     )?;
-    let o = &mut sc.xb2[..n * e];
-    if let Some(w) = &lw.post_attn_norm {
-        o.chunks_exact_mut(e)
-            .for_each(|r| ops::rms_norm_in_place(r, w, c.norm_eps));
-    }
-    sc.x[..n * e]
-        .iter_mut()
-        .zip(o.iter())
-        .for_each(|(x, d)| *x += d);
+    add_residual(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
     record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
     Ok(())
 }
@@ -256,17 +248,22 @@ fn ffn_block(
         n,
         &mut sc.xb2,
     )?;
-    let o = &mut sc.xb2[..n * e];
-    if let Some(w) = &lw.post_ffn_norm {
+    add_residual(sc, lw.post_ffn_norm.as_deref(), n * e, e, c.norm_eps);
+    record(trace, Some(il), "l_out", n, &sc.x[..n * e]);
+    Ok(())
+}
+
+/// `x += post_norm(xb2)` over `len` elements of rows of width `e` (the norm only for Gemma 3).
+fn add_residual(sc: &mut Scratch, post_norm: Option<&[f32]>, len: usize, e: usize, eps: f32) {
+    let o = &mut sc.xb2[..len];
+    if let Some(w) = post_norm {
         o.chunks_exact_mut(e)
-            .for_each(|r| ops::rms_norm_in_place(r, w, c.norm_eps));
+            .for_each(|r| ops::rms_norm_in_place(r, w, eps));
     }
-    sc.x[..n * e]
+    sc.x[..len]
         .iter_mut()
         .zip(o.iter())
         .for_each(|(x, d)| *x += d);
-    record(trace, Some(il), "l_out", n, &sc.x[..n * e]);
-    Ok(())
 }
 
 /// Logits of the requested rows: `norm(x[t]) · W_outᵀ`, soft-capped if the model says so.
