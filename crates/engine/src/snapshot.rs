@@ -10,7 +10,6 @@ use crate::events::SessionId;
 use crate::request::SessionOptions;
 use crate::session::Session;
 use statelm_model::{Model, State};
-use std::io::Write;
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"STLMSESS";
@@ -74,35 +73,8 @@ pub(crate) fn encode(s: &Session) -> Result<Vec<u8>, EngineError> {
 /// Writes session `s` to `path` atomically.
 pub(crate) fn save(s: &Session, path: &Path) -> Result<(), EngineError> {
     let bytes = encode(s)?;
-    write_atomic(path, &bytes)?;
+    statelm_model::write_file_atomic(path, &bytes)?;
     Ok(())
-}
-
-/// Writes `bytes` to a temporary sibling of `path`, syncs it and renames it into place.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Splits `n` bytes off the front of `b`.

@@ -37,7 +37,7 @@ pub use config::{Arch, ModelConfig};
 pub use forward::Trace;
 pub use kv::KvType;
 pub use model::{default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model};
-pub use snapshot::SnapshotError;
+pub use snapshot::{write_file_atomic, SnapshotError};
 pub use state::{RetainMethod, RetainOutcome, State, StateOptions};
 pub use weights::Weights;
 

@@ -49,30 +49,7 @@ impl State {
 
     /// Writes a snapshot to `path` atomically (temporary file, fsync, rename).
     pub fn save_to_file(&self, path: impl AsRef<Path>) -> Result<(), ModelError> {
-        let path = path.as_ref();
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        let result = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&self.to_snapshot_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)?;
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-            Ok::<(), std::io::Error>(())
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map_err(ModelError::from)
+        write_file_atomic(path.as_ref(), &self.to_snapshot_bytes()).map_err(ModelError::from)
     }
 
     /// Size in bytes of the snapshot this state would write.
@@ -180,6 +157,34 @@ impl State {
         state.n_cached = n_cached;
         Ok(state)
     }
+}
+
+/// Writes `bytes` to a temporary sibling of `path`, syncs it and renames it into place, so a
+/// reader never sees a half-written file (also used for the engine's session files).
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 struct Reader<'a> {
