@@ -7,7 +7,7 @@
 use crate::kv::LayerCache;
 use crate::ops;
 use crate::scratch::fit;
-use statelm_quant::ThreadPool;
+use statelm_quant::{Kernels, ThreadPool};
 
 /// The head layout of one layer.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +43,7 @@ pub(crate) fn attend(
     let (kf, vf) = (&*kf, &*vf);
     let pos = &cache.pos;
     let group = s.n_head / s.n_head_kv;
+    let kernels = Kernels::global();
     for_each_chunk_mut(pool, out, s.v_head_dim, &|i, o: &mut [f32]| {
         let (t, h) = (i / s.n_head, i % s.n_head);
         let kvh = h / group;
@@ -56,14 +57,14 @@ pub(crate) fn attend(
             }
             if s.window.is_none_or(|w| qpos - p < w as u32) {
                 let k = &kf[c * kd + kvh * s.head_dim..][..s.head_dim];
-                scores.push(ops::dot(qv, k) * s.scale);
+                scores.push(kernels.dot_f32(qv, k) * s.scale);
                 visible.push(c);
             }
         }
         ops::softmax(&mut scores);
         o.fill(0.0);
         for (&c, &w) in visible.iter().zip(&scores) {
-            ops::axpy(o, w, &vf[c * vd + kvh * s.v_head_dim..][..s.v_head_dim]);
+            kernels.axpy_f32(o, w, &vf[c * vd + kvh * s.v_head_dim..][..s.v_head_dim]);
         }
     });
 }

@@ -44,9 +44,23 @@ pub fn gelu_tanh_f16(x: f32) -> f32 {
     } else if x >= 10.0 {
         x
     } else {
-        let h = half::f16::from_f32(x).to_f32();
-        half::f16::from_f32(gelu_tanh(h)).to_f32()
+        let h = half::f16::from_f32(x);
+        half::f16::from_bits(gelu_f16_table()[usize::from(h.to_bits())]).to_f32()
     }
+}
+
+/// GELU of every f16 input, as f16 bits (like ggml's table: 128 KiB, built once per process
+/// on first use; a pure function of its index, so sharing it is safe).
+fn gelu_f16_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Box<[u16]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = half::f16::from_bits(bits).to_f32();
+                half::f16::from_f32(gelu_tanh(x)).to_bits()
+            })
+            .collect()
+    })
 }
 
 /// In-place softmax; returns nothing for an empty slice.
@@ -62,31 +76,6 @@ pub fn softmax(x: &mut [f32]) {
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
-    }
-}
-
-/// `a · b`, with several accumulators so the compiler vectorizes it.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `y += a * x`.
-pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (yv, xv) in y.iter_mut().zip(x) {
-        *yv += a * xv;
     }
 }
 
@@ -110,11 +99,14 @@ mod tests {
     }
 
     #[test]
-    fn dot_matches_naive() {
-        let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5).collect();
-        let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.1).collect();
-        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - naive).abs() < 1e-3);
+    fn gelu_table_matches_direct_computation() {
+        for i in -1300..1300 {
+            let x = i as f32 * 0.00731;
+            let direct = half::f16::from_f32(gelu_tanh(half::f16::from_f32(x).to_f32())).to_f32();
+            assert_eq!(gelu_tanh_f16(x).to_bits(), direct.to_bits(), "x = {x}");
+        }
+        assert_eq!(gelu_tanh_f16(-11.0), 0.0);
+        assert_eq!(gelu_tanh_f16(12.5), 12.5);
     }
 
     #[test]

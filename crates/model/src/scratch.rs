@@ -68,22 +68,39 @@ impl Scratch {
 /// matrices sharing an input (q/k/v, gate/up) quantize it once.
 #[derive(Default)]
 pub(crate) struct ActsCache {
-    entries: Vec<(GgmlType, QuantizedActs, bool)>,
+    entries: Vec<ActsEntry>,
+}
+
+/// One vec-dot type's copy of the current input.
+struct ActsEntry {
+    ty: GgmlType,
+    quantized: QuantizedActs,
+    /// `quantized` dequantized again (the GEMM path's input).
+    dequantized: Vec<f32>,
+    /// Whether `quantized` / `dequantized` hold the current input.
+    fresh: (bool, bool),
 }
 
 impl ActsCache {
     /// Forgets the quantized copies: the input changed.
     pub fn invalidate(&mut self) {
         for e in &mut self.entries {
-            e.2 = false;
+            e.fresh = (false, false);
         }
     }
 
     fn bytes(&self) -> usize {
-        self.entries.iter().map(|e| e.1.capacity()).sum()
+        self.entries
+            .iter()
+            .map(|e| e.quantized.capacity() + e.dequantized.capacity() * 4)
+            .sum()
     }
 
-    /// `y[n, rows] = x[n, cols] · wᵀ`, quantizing `x` for `w`'s vec-dot type if not done yet.
+    /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
+    /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
+    /// batches then take the integer kernels; batches of at least
+    /// [`statelm_quant::GEMM_MIN_VECS`] take the f32 GEMM over the dequantized copy — the same
+    /// products, summed in another order, several times faster.
     pub fn project(
         &mut self,
         pool: &ThreadPool,
@@ -93,22 +110,35 @@ impl ActsCache {
         y: &mut [f32],
     ) -> Result<(), statelm_quant::QuantError> {
         let ty = statelm_quant::vec_dot_type(w.ty());
-        let idx = match self.entries.iter().position(|e| e.0 == ty) {
+        let idx = match self.entries.iter().position(|e| e.ty == ty) {
             Some(i) => i,
             None => {
-                self.entries.push((ty, QuantizedActs::new(), false));
+                self.entries.push(ActsEntry {
+                    ty,
+                    quantized: QuantizedActs::new(),
+                    dequantized: Vec::new(),
+                    fresh: (false, false),
+                });
                 self.entries.len() - 1
             }
         };
-        let entry = &mut self.entries[idx];
-        if !entry.2 {
-            entry.1.quantize(ty, x, n, w.cols())?;
-            entry.2 = true;
+        let e = &mut self.entries[idx];
+        if !e.fresh.0 {
+            e.quantized.quantize(ty, x, n, w.cols())?;
+            e.fresh.0 = true;
         }
-        if n == 1 {
-            statelm_quant::matvec(pool, w, &entry.1, y)
+        let kernels = statelm_quant::Kernels::global();
+        if n >= statelm_quant::GEMM_MIN_VECS && kernels.prefers_f32_gemm() {
+            let xq = fit(&mut e.dequantized, n * w.cols());
+            if !e.fresh.1 {
+                e.quantized.dequantize(xq)?;
+                e.fresh.1 = true;
+            }
+            kernels.matmul_f32(pool, w, xq, n, y)
+        } else if n == 1 {
+            statelm_quant::matvec(pool, w, &e.quantized, y)
         } else {
-            statelm_quant::matmul(pool, w, &entry.1, y)
+            statelm_quant::matmul(pool, w, &e.quantized, y)
         }
     }
 }

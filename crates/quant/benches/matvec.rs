@@ -95,11 +95,15 @@ fn bench_pool(c: &mut Criterion) {
     });
 }
 
-/// Prefill-shaped matmul (64 activation vectors), as multiply-accumulates per second.
+/// Prefill-shaped matmul (64 activation vectors, or `STATELM_BENCH_VECS`), as
+/// multiply-accumulates per second.
 fn bench_matmul(c: &mut Criterion) {
     let kernels = Kernels::global();
-    let n = 64;
-    let mut group = c.benchmark_group("matmul64");
+    let n: usize = std::env::var("STATELM_BENCH_VECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let mut group = c.benchmark_group(format!("matmul{n}"));
     for (label, ty, rows, cols) in &SHAPES[..3] {
         let data = weights(*ty, *rows, *cols);
         let w = QMatrix::new(*ty, *rows, *cols, &data).expect("matrix");
@@ -119,6 +123,14 @@ fn bench_matmul(c: &mut Criterion) {
                     kernels
                         .matmul(&pool, &w, black_box(&acts), &mut y)
                         .expect("matmul")
+                })
+            });
+            let id = BenchmarkId::new(format!("{ty} {label} f32 gemm"), format!("{threads}t"));
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    kernels
+                        .matmul_f32(&pool, &w, black_box(&x), n, &mut y)
+                        .expect("matmul_f32")
                 })
             });
         }

@@ -7,7 +7,7 @@
 //! crate-level functions use once, honouring `STATELM_FORCE_SCALAR=1`.
 
 use crate::error::{bytes_for, check_len, QuantError};
-use crate::kernels::{scalar, Dot4Fn, DotFn, QuantFn};
+use crate::kernels::{scalar, AxpyFn, Dot4Fn, DotFn, PanelFn, QuantFn, TileFn, VecDotFn};
 use statelm_gguf::GgmlType;
 use std::sync::OnceLock;
 
@@ -43,6 +43,14 @@ struct Dot4Table {
     q6_k: Option<Dot4Fn>,
 }
 
+/// Two-row × four-vector tile kernels (matmul); `None` falls back to [`Dot4Table`].
+#[derive(Clone, Copy, Default)]
+struct TileTable {
+    q4_0: Option<TileFn>,
+    q5_0: Option<TileFn>,
+    q8_0: Option<TileFn>,
+}
+
 #[derive(Clone, Copy)]
 struct QuantTable {
     f32: QuantFn,
@@ -61,7 +69,11 @@ pub struct Kernels {
     isa: &'static str,
     dot: DotTable,
     dot4: Dot4Table,
+    tile: TileTable,
     quant: QuantTable,
+    vec_dot_f32: VecDotFn,
+    axpy_f32: AxpyFn,
+    panel_f32: PanelFn,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -91,6 +103,10 @@ impl Kernels {
                 q6_k: scalar::dot_q6_k_q8_k,
             },
             dot4: Dot4Table::default(),
+            tile: TileTable::default(),
+            vec_dot_f32: scalar::dot_f32,
+            axpy_f32: scalar::axpy_f32,
+            panel_f32: scalar::panel_f32,
             quant: QuantTable {
                 f32: scalar::quantize_f32,
                 q8_0: scalar::quantize_q8_0,
@@ -139,6 +155,14 @@ impl Kernels {
             q5_k: Some(avx2::dot4_q5_k_q8_k),
             q6_k: Some(avx2::dot4_q6_k_q8_k),
         };
+        k.tile = TileTable {
+            q4_0: Some(avx2::tile_q4_0_q8_0),
+            q5_0: Some(avx2::tile_q5_0_q8_0),
+            q8_0: Some(avx2::tile_q8_0_q8_0),
+        };
+        k.vec_dot_f32 = avx2::dot_f32;
+        k.axpy_f32 = avx2::axpy_f32;
+        k.panel_f32 = avx2::panel_f32;
         k.quant.q8_0 = avx2::quantize_q8_0;
         k.quant.q8_k = avx2::quantize_q8_k;
         k
@@ -193,6 +217,17 @@ impl Kernels {
             GgmlType::Q4_K => d.q4_k,
             GgmlType::Q5_K => d.q5_k,
             GgmlType::Q6_K => d.q6_k,
+            _ => None,
+        }
+    }
+
+    /// The two-row × four-vector tile kernel for weights of type `w`, if this ISA has one.
+    pub(crate) fn tile_fn(&self, w: GgmlType) -> Option<TileFn> {
+        let t = &self.tile;
+        match w {
+            GgmlType::Q4_0 => t.q4_0,
+            GgmlType::Q5_0 => t.q5_0,
+            GgmlType::Q8_0 => t.q8_0,
             _ => None,
         }
     }
@@ -256,6 +291,58 @@ impl Kernels {
             // SAFETY: as above.
             None => a.map(|v| unsafe { f(n, w, v) }),
         })
+    }
+
+    /// Dots two weight rows against four activation vectors (`out[row][vector]`);
+    /// bit-identical to eight [`Kernels::vec_dot`] calls (uses a tile kernel
+    /// when the ISA has one for `w_ty`).
+    pub fn vec_dot_tile(
+        &self,
+        w_ty: GgmlType,
+        n: usize,
+        w: [&[u8]; 2],
+        a: [&[u8]; 4],
+    ) -> Result<[[f32; 4]; 2], QuantError> {
+        if let Some(f) = self.tile_fn(w_ty) {
+            let w_bytes = bytes_for(w_ty, n)?;
+            for r in w {
+                check_len("vec_dot weight bytes", w_bytes, r.len())?;
+            }
+            let a_bytes = bytes_for(crate::vec_dot_type(w_ty), n)?;
+            for v in a {
+                check_len("vec_dot activation bytes", a_bytes, v.len())?;
+            }
+            // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
+            return Ok(unsafe { f(n, w, a) });
+        }
+        Ok([
+            self.vec_dot4(w_ty, n, w[0], a)?,
+            self.vec_dot4(w_ty, n, w[1], a)?,
+        ])
+    }
+
+    /// `Σ a_i b_i` over the common length of two f32 slices (attention scores).
+    pub fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.vec_dot_f32)(a, b) }
+    }
+
+    /// `y_i += alpha * x_i` over the common length (attention's weighted sum of values).
+    pub fn axpy_f32(&self, y: &mut [f32], alpha: f32, x: &[f32]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.axpy_f32)(y, alpha, x) }
+    }
+
+    /// Whether batches of at least [`crate::GEMM_MIN_VECS`] vectors should take
+    /// [`Kernels::matmul_f32`] (SIMD tables) rather than [`Kernels::matmul`]:
+    /// the scalar micro-kernel is a reference, not a fast path.
+    pub fn prefers_f32_gemm(&self) -> bool {
+        self.isa != "scalar"
+    }
+
+    /// The f32 GEMM micro-kernel of this ISA (see [`crate::gemm`]).
+    pub(crate) fn panel_fn(&self) -> PanelFn {
+        self.panel_f32
     }
 
     /// Quantizes `x` to activation type `ty` (Q8_0, Q8_1, Q8_K or F32) into `out`.

@@ -8,7 +8,13 @@
 //!   ([`kernels::avx2`]); [`Kernels`] selects them at run time
 //!   (`STATELM_FORCE_SCALAR=1` forces scalar).
 //! * [`QMatrix`], [`QuantizedActs`], [`matvec()`], [`matmul()`]: the decode and
-//!   prefill products, split across a persistent [`ThreadPool`].
+//!   small-batch products, split across a persistent [`ThreadPool`]; matmul
+//!   runs two-row × four-vector register tiles for Q4_0/Q5_0/Q8_0.
+//! * [`gemm`]: the prefill product for batches of [`GEMM_MIN_VECS`] or more:
+//!   weights dequantized once into packed panels, then an f32 GEMM with a
+//!   6 × 16 register tile (scalar and AVX2 micro-kernels agree bit for bit).
+//! * [`Kernels::dot_f32`] / [`Kernels::axpy_f32`]: the float vector operations
+//!   of attention.
 //!
 //! Weights dot against activations quantized as in ggml ([`vec_dot_type`]):
 //! Q4_0/Q5_0/Q8_0 against Q8_0, Q4_1/Q5_1 against Q8_1, K-quants against Q8_K,
@@ -23,9 +29,9 @@
 //! | F32     | f32         | yes    | yes  | no (4 single dots) |
 //! | F16     | f32         | yes    | yes (F16C) | no |
 //! | BF16    | f32         | yes    | yes  | no |
-//! | Q8_0    | Q8_0        | yes    | yes  | yes |
-//! | Q4_0    | Q8_0        | yes    | yes  | yes |
-//! | Q5_0    | Q8_0        | yes    | yes  | yes |
+//! | Q8_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) |
+//! | Q4_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) |
+//! | Q5_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) |
 //! | Q4_1    | Q8_1        | yes    | yes  | no |
 //! | Q5_1    | Q8_1        | yes    | yes  | no |
 //! | Q2_K    | Q8_K        | yes    | scalar only | no |
@@ -67,6 +73,7 @@ pub mod bandwidth;
 pub mod dispatch;
 pub mod error;
 pub mod formats;
+pub mod gemm;
 pub mod kernels;
 pub mod matrix;
 pub mod matvec;
@@ -76,6 +83,7 @@ pub use bandwidth::measure_read_bandwidth;
 pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV};
 pub use error::QuantError;
 pub use formats::{can_quantize, dequantize_row, quantize_row};
+pub use gemm::{matmul_f32, GEMM_MIN_VECS};
 pub use matrix::{QMatrix, QuantizedActs};
 pub use matvec::{matmul, matvec, matvec_f32};
 pub use pool::ThreadPool;

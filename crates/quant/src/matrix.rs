@@ -190,6 +190,28 @@ impl QuantizedActs {
         self.data.capacity()
     }
 
+    /// Dequantizes all vectors into `out` (`n() * cols()` values, row-major): the exact
+    /// values the integer kernels multiply, for [`crate::matmul_f32`] to reproduce the
+    /// integer path up to f32 summation order.
+    pub fn dequantize(&self, out: &mut [f32]) -> Result<(), QuantError> {
+        check_len(
+            "dequantized activations (n * cols)",
+            self.n * self.cols,
+            out.len(),
+        )?;
+        if self.cols == 0 {
+            return Ok(());
+        }
+        for (src, dst) in self
+            .data
+            .chunks_exact(self.row_bytes)
+            .zip(out.chunks_exact_mut(self.cols))
+        {
+            crate::formats::dequantize_row(self.ty, src, dst)?;
+        }
+        Ok(())
+    }
+
     /// Checks that these activations fit weights `w`.
     pub(crate) fn check_against(&self, w: &QMatrix<'_>) -> Result<(), QuantError> {
         let expected = vec_dot_type(w.ty());

@@ -9,7 +9,7 @@
 
 use crate::dispatch::Kernels;
 use crate::error::{check_len, QuantError};
-use crate::kernels::DotFn;
+use crate::kernels::{Dot4Fn, DotFn, TileFn};
 use crate::matrix::{QMatrix, QuantizedActs};
 use crate::pool::ThreadPool;
 
@@ -65,14 +65,19 @@ fn chunk_rows(rows: usize, threads: usize) -> usize {
 }
 
 /// A raw output pointer shared by tasks that write disjoint ranges.
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(*mut f32);
 // SAFETY: tasks only write disjoint index ranges through the pointer, and the
 // slice it came from outlives `ThreadPool::run`.
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
+    /// Wraps the start of `y`.
+    pub(crate) fn new(y: &mut [f32]) -> OutPtr {
+        OutPtr(y.as_mut_ptr())
+    }
+
     /// The pointer (a method, so closures capture the `Sync` wrapper).
-    fn get(&self) -> *mut f32 {
+    pub(crate) fn get(&self) -> *mut f32 {
         self.0
     }
 }
@@ -125,8 +130,12 @@ impl Kernels {
         y: &mut [f32],
     ) -> Result<(), QuantError> {
         let dot = self.prepare(w, acts)?;
-        let dot4 = self.dot4_fn(w.ty());
-        let (rows, cols, n) = (w.rows(), w.cols(), acts.n());
+        let fns = TileFns {
+            dot,
+            dot4: self.dot4_fn(w.ty()),
+            tile: self.tile_fn(w.ty()),
+        };
+        let (rows, n) = (w.rows(), acts.n());
         let total = rows.checked_mul(n).ok_or(QuantError::Overflow {
             what: "matmul output",
         })?;
@@ -142,31 +151,87 @@ impl Kernels {
             let r1 = (r0 + chunk).min(rows);
             for v0 in (0..n).step_by(TILE_VECS) {
                 let v1 = (v0 + TILE_VECS).min(n);
-                for r in r0..r1 {
-                    let wr = w.row(r);
-                    let mut v = v0;
-                    let put = |v: usize, s: f32| {
-                        // SAFETY: task t alone writes rows r0..r1 of each output
-                        // vector; v * rows + r < n * rows = y.len().
-                        unsafe { *out.get().add(v * rows + r) = s };
-                    };
-                    if let Some(f4) = dot4 {
-                        while v + 4 <= v1 {
-                            let a = [0, 1, 2, 3].map(|i| acts.vector(v + i));
-                            // SAFETY: the table's kernels run on this CPU;
-                            // lengths were checked by QMatrix::new and prepare().
-                            let s = unsafe { f4(cols, wr, a) };
-                            s.into_iter().enumerate().for_each(|(i, s)| put(v + i, s));
-                            v += 4;
-                        }
-                    }
-                    for v in v..v1 {
-                        // SAFETY: as above.
-                        put(v, unsafe { dot(cols, wr, acts.vector(v)) });
-                    }
-                }
+                // SAFETY: task t alone writes rows r0..r1 of each output vector,
+                // and y (n * rows long, checked above) outlives pool.run.
+                unsafe { fns.rows_by_vecs(w, acts, r0..r1, v0..v1, &out) };
             }
         });
         Ok(())
+    }
+}
+
+/// The kernels one matmul uses, from the widest register tile down to a single dot.
+struct TileFns {
+    dot: DotFn,
+    dot4: Option<Dot4Fn>,
+    tile: Option<TileFn>,
+}
+
+impl TileFns {
+    /// Writes `y[v * rows + r] = w_r · x_v` for `r` in `rs` and `v` in `vs`: two
+    /// rows × four vectors per tile kernel call where there is one, then one
+    /// row × four vectors, then single dots.
+    ///
+    /// # Safety
+    /// The kernels must run on this CPU and `acts` must have been checked
+    /// against `w` (`Kernels::prepare`); `out` must point to `w.rows() *
+    /// acts.n()` writable floats that no other thread writes in rows `rs`.
+    unsafe fn rows_by_vecs(
+        &self,
+        w: &QMatrix<'_>,
+        acts: &QuantizedActs,
+        rs: std::ops::Range<usize>,
+        vs: std::ops::Range<usize>,
+        out: &OutPtr,
+    ) {
+        let (rows, cols) = (w.rows(), w.cols());
+        let put = |v: usize, r: usize, s: f32| {
+            // SAFETY: every call below has r in `rs` (< rows) and v in `vs` (< n), and no
+            // other thread writes rows `rs` (the caller's contract).
+            unsafe { *out.get().add(v * rows + r) = s }
+        };
+        let quad = |v: usize| [0, 1, 2, 3].map(|i| acts.vector(v + i));
+        let mut r = rs.start;
+        if let Some(tile) = self.tile {
+            while r + 2 <= rs.end {
+                let wr = [w.row(r), w.row(r + 1)];
+                let mut v = vs.start;
+                while v + 4 <= vs.end {
+                    // SAFETY: kernels run on this CPU; lengths checked by the caller.
+                    let s = unsafe { tile(cols, wr, quad(v)) };
+                    for (i, row) in s.iter().enumerate() {
+                        row.iter()
+                            .enumerate()
+                            .for_each(|(j, &s)| put(v + j, r + i, s));
+                    }
+                    v += 4;
+                }
+                for v in v..vs.end {
+                    for (i, wr) in wr.iter().enumerate() {
+                        // SAFETY: as above.
+                        put(v, r + i, unsafe { (self.dot)(cols, wr, acts.vector(v)) });
+                    }
+                }
+                r += 2;
+            }
+        }
+        for r in r..rs.end {
+            let wr = w.row(r);
+            let mut v = vs.start;
+            if let Some(f4) = self.dot4 {
+                while v + 4 <= vs.end {
+                    // SAFETY: as above.
+                    let s = unsafe { f4(cols, wr, quad(v)) };
+                    s.into_iter()
+                        .enumerate()
+                        .for_each(|(i, s)| put(v + i, r, s));
+                    v += 4;
+                }
+            }
+            for v in v..vs.end {
+                // SAFETY: as above.
+                put(v, r, unsafe { (self.dot)(cols, wr, acts.vector(v)) });
+            }
+        }
     }
 }

@@ -99,6 +99,43 @@ proptest! {
     }
 
     #[test]
+    fn tile_is_bit_identical_to_eight_dots(t in 0..DOT_TYPES.len(), blocks in 1usize..9, seed in any::<u64>()) {
+        let ty = DOT_TYPES[t];
+        let mut rng = Rng(seed);
+        let n = elems(ty, blocks);
+        let rows = [random_row(&mut rng, ty, n), random_row(&mut rng, ty, n)];
+        let w = [rows[0].as_slice(), rows[1].as_slice()];
+        for k in [Kernels::scalar(), Kernels::detected()] {
+            let acts: Vec<Vec<u8>> = (0..4).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
+            let a = [0, 1, 2, 3].map(|i| acts[i].as_slice());
+            let tile = k.vec_dot_tile(ty, n, w, a).unwrap();
+            let one = w.map(|r| a.map(|v| k.vec_dot(ty, n, r, v).unwrap().to_bits()));
+            prop_assert_eq!(tile.map(|r| r.map(f32::to_bits)), one, "{} {}", ty, k.isa());
+        }
+    }
+
+    #[test]
+    fn float_vector_ops_match_scalar(n in 0usize..300, seed in any::<u64>(), alpha in -4f32..4.0) {
+        let (scalar, simd) = (Kernels::scalar(), Kernels::detected());
+        let mut rng = Rng(seed);
+        let (a, b) = (rng.vec(n), rng.vec(n + 3));
+        let exact: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+        let m: f64 = a.iter().zip(&b).map(|(x, y)| f64::from((x * y).abs())).sum();
+        for k in [&scalar, &simd] {
+            let d = f64::from(k.dot_f32(&a, &b));
+            prop_assert!((d - exact).abs() <= SIMD_REL * m + 1e-30, "{} dot {} vs {}", k.isa(), d, exact);
+        }
+        let y0 = rng.vec(n);
+        let (mut ys, mut yv) = (y0.clone(), y0.clone());
+        scalar.axpy_f32(&mut ys, alpha, &b);
+        simd.axpy_f32(&mut yv, alpha, &b);
+        for (i, (s, v)) in ys.iter().zip(&yv).enumerate() {
+            let bound = 1e-6 * (y0[i].abs() + (alpha * b[i]).abs()) + 1e-30;
+            prop_assert!((s - v).abs() <= bound, "axpy[{}]: {} vs {}", i, s, v);
+        }
+    }
+
+    #[test]
     fn scalar_dot_matches_dequantized(t in 0..DOT_TYPES.len(), blocks in 1usize..8, seed in any::<u64>()) {
         check_scalar_vs_dequant(DOT_TYPES[t], blocks, seed);
     }

@@ -23,6 +23,36 @@ pub type DotFn = unsafe fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 /// results of four [`DotFn`] calls of the same ISA.
 pub type Dot4Fn = unsafe fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 
+/// A register-tile kernel: two weight rows against four activation vectors
+/// (`out[row][vector]`), the inner loop of matmul for the 32-element formats.
+/// Must give exactly the results of eight [`DotFn`] calls of the same ISA.
+pub type TileFn = unsafe fn(n: usize, w: [&[u8]; 2], a: [&[u8]; 4]) -> [[f32; 4]; 2];
+
 /// An activation quantizer: `x` (a whole number of blocks) into `out` (the
 /// bytes of as many blocks). Unsafe to call for the same reason as [`DotFn`].
 pub type QuantFn = unsafe fn(x: &[f32], out: &mut [u8]);
+
+/// A float dot product over the common length of two slices (attention scores).
+pub type VecDotFn = unsafe fn(a: &[f32], b: &[f32]) -> f32;
+
+/// `y += alpha * x` over the common length (attention's weighted sum of values).
+pub type AxpyFn = unsafe fn(y: &mut [f32], alpha: f32, x: &[f32]);
+
+/// Weight rows per packed GEMM panel (two f32x8 registers).
+pub const PANEL_ROWS: usize = 16;
+/// Activation rows (tokens) per GEMM micro-kernel call.
+pub const TILE_TOKENS: usize = 6;
+
+/// The f32 GEMM micro-kernel (see [`crate::gemm`]):
+/// `acc[t][j] = Σ_k x[t * ldx + k] · panel[k * PANEL_ROWS + j]`
+/// for `t < m <= TILE_TOKENS`, `k < kc`.
+/// Unsafe to call because SIMD versions require CPU features; every version
+/// checks its slice lengths.
+pub type PanelFn = unsafe fn(
+    m: usize,
+    kc: usize,
+    x: &[f32],
+    ldx: usize,
+    panel: &[f32],
+    acc: &mut [[f32; PANEL_ROWS]; TILE_TOKENS],
+);

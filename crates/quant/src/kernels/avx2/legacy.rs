@@ -63,6 +63,80 @@ q8_0_pair!(dot_q8_0_q8_0, dot4_q8_0_q8_0, 34, decode_q8_0, "Q8_0");
 q8_0_pair!(dot_q4_0_q8_0, dot4_q4_0_q8_0, 18, decode_q4_0, "Q4_0");
 q8_0_pair!(dot_q5_0_q8_0, dot4_q5_0_q8_0, 22, decode_q5_0, "Q5_0");
 
+/// Defines the two-row × four-vector tile kernel of a Q8_0-paired format.
+macro_rules! q8_0_tile {
+    ($tile:ident, $bytes:expr, $decode:ident, $name:literal) => {
+        #[doc = concat!($name, " weights: two rows · four Q8_0 activation vectors (bit-identical to eight single dots).")]
+        ///
+        /// # Safety
+        /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $tile(_n: usize, w: [&[u8]; 2], a: [&[u8]; 4]) -> [[f32; 4]; 2] {
+            tile_q8_0_acts(w, a, $bytes, |x| $decode(x))
+        }
+    };
+}
+
+q8_0_tile!(tile_q8_0_q8_0, 34, decode_q8_0, "Q8_0");
+q8_0_tile!(tile_q4_0_q8_0, 18, decode_q4_0, "Q4_0");
+q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, "Q5_0");
+
+/// One half-precision value as f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn half_to_f32(h: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
+/// Dots `R` weight rows (blocks of `wb` bytes) against `V` Q8_0 vectors: the
+/// register tile behind matmul. Each weight block is decoded once for all
+/// vectors and each activation block loaded once for all rows; every
+/// (row, vector) pair sees exactly the operations of [`dot_q8_0_acts`]
+/// (`d_x * d_y` rounded to f32, one FMA per block into its own f32x8, then
+/// [`hsum_ps`]), so the results are bit-identical to single dots.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_q8_0_acts<const R: usize, const V: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; V],
+    wb: usize,
+    decode: impl Fn(&[u8]) -> (u16, __m256i),
+) -> [[f32; V]; R] {
+    let nb = a.iter().fold(
+        w.iter().fold(usize::MAX, |m, r| m.min(r.len() / wb)),
+        |m, v| m.min(v.len() / 34),
+    );
+    let mut acc = [[_mm256_setzero_ps(); V]; R];
+    let ones = _mm256_set1_epi16(1);
+    for b in 0..nb {
+        let mut dx = [0f32; R];
+        let mut qx = [_mm256_setzero_si256(); R];
+        let mut ax = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            let x = &w[r][b * wb..(b + 1) * wb];
+            if b % 2 == 0 {
+                prefetch_ahead(x, 0);
+            }
+            let (d, q) = decode(x);
+            dx[r] = half_to_f32(d);
+            qx[r] = q;
+            ax[r] = _mm256_sign_epi8(q, q);
+        }
+        for v in 0..V {
+            let y = &a[v][b * 34..(b + 1) * 34];
+            let dy = half_to_f32(le16(y, 0));
+            let qy = load256(at(y, 2));
+            for r in 0..R {
+                let sy = _mm256_sign_epi8(qy, qx[r]);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[r], sy), ones);
+                let d = _mm256_set1_ps(dx[r] * dy);
+                acc[r][v] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][v]);
+            }
+        }
+    }
+    acc.map(|row| row.map(|v| hsum_ps(v)))
+}
+
 /// Dots weight blocks of `wb` bytes against `V` Q8_0 vectors. Each weight
 /// block is decoded once and accumulated into one f32x8 register per vector
 /// (the vectors give the FMA chains independent work), so every vector sees

@@ -15,19 +15,23 @@
 use std::arch::x86_64::*;
 
 mod float;
+mod gemm;
 mod kquants;
 mod legacy;
 mod quantize;
+mod vector;
 
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
+pub use gemm::panel_f32;
 pub use kquants::{
     dot4_q4_k_q8_k, dot4_q5_k_q8_k, dot4_q6_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k,
 };
 pub use legacy::{
     dot4_q4_0_q8_0, dot4_q5_0_q8_0, dot4_q8_0_q8_0, dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0,
-    dot_q5_1_q8_1, dot_q8_0_q8_0,
+    dot_q5_1_q8_1, dot_q8_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
+pub use vector::{axpy_f32, dot_f32};
 
 /// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
 /// offsets into `chunks_exact` blocks the check compiles away).

@@ -1,0 +1,102 @@
+//! The f32 GEMM path (`matmul_f32`): scalar and AVX2 micro-kernels bit for bit,
+//! results independent of the thread count, agreement with an f64 reference over
+//! the dequantized weights, ragged shapes (rows not a multiple of the panel,
+//! columns not a multiple of the slice, token counts not a multiple of the tile),
+//! and typed errors for bad shapes.
+
+mod common;
+
+use common::{random_row, Rng};
+use proptest::prelude::*;
+use statelm_gguf::GgmlType;
+use statelm_quant::{dequantize_row, Kernels, QMatrix, QuantError, ThreadPool};
+
+const TYPES: [GgmlType; 7] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::F16,
+    GgmlType::F32,
+];
+
+fn reference(ty: GgmlType, data: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {
+    let w = QMatrix::new(ty, rows, cols, data).unwrap();
+    let mut deq = vec![0f32; cols];
+    let mut y = vec![0f64; n * rows];
+    for r in 0..rows {
+        dequantize_row(ty, w.row(r), &mut deq).unwrap();
+        for t in 0..n {
+            let xs = &x[t * cols..(t + 1) * cols];
+            y[t * rows + r] = xs
+                .iter()
+                .zip(&deq)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+        }
+    }
+    y
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn gemm_is_exact_to_f64_and_identical_across_isas_and_pools(
+        t in 0..TYPES.len(),
+        rows in 1usize..70,
+        blocks in 1usize..4,
+        n in 1usize..20,
+        seed in any::<u64>(),
+    ) {
+        let ty = TYPES[t];
+        // 256-element blocks: up to 768 columns (3 slices); 32-element blocks: 32..=96 plus
+        // one 288-column case that crosses a slice boundary.
+        let cols = if ty.block_size() == 256 { 256 * blocks } else if blocks == 3 { 288 } else { 32 * blocks };
+        let mut rng = Rng(seed);
+        let data: Vec<u8> = (0..rows).flat_map(|_| random_row(&mut rng, ty, cols)).collect();
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let x = rng.vec(n * cols);
+        let want = reference(ty, &data, rows, cols, &x, n);
+        let mut outs = Vec::new();
+        for k in [Kernels::scalar(), Kernels::detected()] {
+            for threads in [1, 3] {
+                let mut y = vec![f32::NAN; n * rows];
+                k.matmul_f32(&ThreadPool::new(threads), &w, &x, n, &mut y).unwrap();
+                outs.push(y);
+            }
+        }
+        for y in &outs[1..] {
+            prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                outs[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+        for (i, (got, want)) in outs[0].iter().zip(&want).enumerate() {
+            let tol = 1e-5 * (1.0 + want.abs()) * (cols as f64).sqrt();
+            prop_assert!((f64::from(*got) - want).abs() <= tol, "{ty} [{i}]: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn gemm_bad_shapes_are_typed_errors() {
+    let ty = GgmlType::Q8_0;
+    let mut rng = Rng(3);
+    let data: Vec<u8> = (0..4).flat_map(|_| random_row(&mut rng, ty, 64)).collect();
+    let w = QMatrix::new(ty, 4, 64, &data).unwrap();
+    let pool = ThreadPool::new(2);
+    let k = Kernels::detected();
+    let mut y = vec![0f32; 8];
+    let short_x = vec![0f32; 64];
+    assert!(matches!(
+        k.matmul_f32(&pool, &w, &short_x, 2, &mut y),
+        Err(QuantError::BadLength { .. })
+    ));
+    let x = vec![0f32; 128];
+    let mut short_y = vec![0f32; 7];
+    assert!(matches!(
+        k.matmul_f32(&pool, &w, &x, 2, &mut short_y),
+        Err(QuantError::BadLength { .. })
+    ));
+    k.matmul_f32(&pool, &w, &x[..0], 0, &mut y[..0]).unwrap();
+}
