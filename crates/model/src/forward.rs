@@ -182,7 +182,7 @@ fn attention_block(
         att,
         &mut sc.kf,
         &mut sc.vf,
-    );
+    )?;
     record(
         trace,
         Some(il),

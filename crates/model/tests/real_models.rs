@@ -27,8 +27,10 @@ fn check_model(path: Option<PathBuf>, text: &str) {
     for step in 0..6 {
         let fresh = model.forward_stateless(&all).unwrap();
         let d = max_diff(logits.last(), fresh.last());
-        // Batched prefill and one-token decode quantize the same activations; only the f32
-        // summation order differs.
+        // Batched prefill and one-token decode quantize the same activations. Below
+        // GEMM_MIN_VECS tokens (this prompt) they run the same kernels; longer batches take
+        // GEMM paths that sum in another order, and the quantization steps (int8 activations,
+        // the f16 GELU table) amplify that to ~0.1 mean |Δ| on Gemma.
         assert!(d < 0.05, "step {step}: stateful vs stateless differ by {d}");
         assert_eq!(argmax(logits.last()), argmax(fresh.last()));
         all.push(argmax(logits.last()));

@@ -100,7 +100,175 @@ impl Kernels {
     }
 }
 
-/// One task: a range of weight rows against all activation vectors.
+/// The second operand of [`Kernels::gemm_f32`], `B(j, k)` for output column
+/// `j` and reduction index `k`.
+#[derive(Debug, Clone, Copy)]
+pub enum BMatrix<'a> {
+    /// `B(j, k) = data[j * stride + k]`: one row per output column (e.g. the
+    /// keys of attention scores, one row per cache cell).
+    Rows {
+        /// The values.
+        data: &'a [f32],
+        /// Distance between rows.
+        stride: usize,
+    },
+    /// `B(j, k) = data[k * stride + j]`: one row per reduction index (e.g.
+    /// the values of attention, one row per cache cell).
+    Cols {
+        /// The values.
+        data: &'a [f32],
+        /// Distance between rows.
+        stride: usize,
+    },
+}
+
+impl Kernels {
+    /// Single-threaded f32 GEMM: `c[t * ldc + j] = Σ_{k < kd} a[t * lda + k] ·
+    /// B(j, k)` for `t < m`, `j < n` (attention's `Q·Kᵀ` and `P·V` for a
+    /// batch of queries). Same micro-kernel and summation order as
+    /// [`Kernels::matmul_f32`]; short slices are a typed error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_f32(
+        &self,
+        m: usize,
+        n: usize,
+        kd: usize,
+        a: &[f32],
+        lda: usize,
+        b: BMatrix<'_>,
+        c: &mut [f32],
+        ldc: usize,
+    ) -> Result<(), QuantError> {
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let span = |count: usize, stride: usize, width: usize| {
+            (count - 1)
+                .checked_mul(stride)
+                .and_then(|v| v.checked_add(width))
+                .ok_or(QuantError::Overflow {
+                    what: "gemm_f32 sizes",
+                })
+        };
+        check_min("gemm_f32 a", span(m, lda, kd)?, a.len())?;
+        check_min("gemm_f32 c", span(m, ldc, n)?, c.len())?;
+        if kd == 0 {
+            (0..m).for_each(|t| c[t * ldc..t * ldc + n].fill(0.0));
+            return Ok(());
+        }
+        let need = match b {
+            BMatrix::Rows { stride, .. } => span(n, stride, kd)?,
+            BMatrix::Cols { stride, .. } => span(kd, stride, n)?,
+        };
+        let b_len = match b {
+            BMatrix::Rows { data, .. } | BMatrix::Cols { data, .. } => data.len(),
+        };
+        check_min("gemm_f32 b", need, b_len)?;
+        let mut pack = |k0: usize, kc: usize, panels: &mut [f32]| {
+            panels.fill(0.0);
+            let at = |j: usize, k: usize| {
+                j / PANEL_ROWS * KC * PANEL_ROWS + k * PANEL_ROWS + j % PANEL_ROWS
+            };
+            match b {
+                BMatrix::Rows { data, stride } => {
+                    for j in 0..n {
+                        let row = &data[j * stride + k0..][..kc];
+                        row.iter()
+                            .enumerate()
+                            .for_each(|(k, v)| panels[at(j, k)] = *v);
+                    }
+                }
+                BMatrix::Cols { data, stride } => {
+                    for k in 0..kc {
+                        let row = &data[(k0 + k) * stride..][..n];
+                        row.iter()
+                            .enumerate()
+                            .for_each(|(j, v)| panels[at(j, k)] = *v);
+                    }
+                }
+            }
+        };
+        let mut store = |t: usize, j0: usize, v: &[f32], first: bool| {
+            let out = &mut c[t * ldc + j0..][..v.len()];
+            if first {
+                out.copy_from_slice(v);
+            } else {
+                out.iter_mut().zip(v).for_each(|(o, x)| *o += x);
+            }
+        };
+        let shape = Shape { m, n, kd, lda };
+        // SAFETY: the kernel comes from this table (it runs on this CPU).
+        unsafe { gemm_core(self.panel_fn(), &shape, a, &mut pack, &mut store) };
+        Ok(())
+    }
+}
+
+/// `needed <= got`, else a typed error.
+fn check_min(what: &'static str, needed: usize, got: usize) -> Result<(), QuantError> {
+    if got < needed {
+        return Err(QuantError::BadLength {
+            what,
+            expected: needed,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// Fills the panels of every output column for reduction slice `k0..k0 + kc`.
+type PackFn<'a> = dyn FnMut(usize, usize, &mut [f32]) + 'a;
+/// Receives `values` for row `t`, output columns `j0..`, and whether this is
+/// the first reduction slice (assign) or a later one (add).
+type StoreFn<'a> = dyn FnMut(usize, usize, &[f32], bool) + 'a;
+
+/// Problem shape of [`gemm_core`]: `m` rows of `a` (stride `lda`), `n` output
+/// columns, reduction length `kd`.
+struct Shape {
+    m: usize,
+    n: usize,
+    kd: usize,
+    lda: usize,
+}
+
+/// The blocked loop shared by every GEMM here: per [`KC`]-slice of the
+/// reduction, `pack(k0, kc, panels)` fills the panels of all `n` output
+/// columns, then each tile of [`TILE_TOKENS`] rows of `a` runs the
+/// micro-kernel on every panel and hands the sums to `store(t, j0, values,
+/// first_slice)`.
+///
+/// # Safety
+/// `kernel` must run on this CPU.
+unsafe fn gemm_core(
+    kernel: crate::kernels::PanelFn,
+    s: &Shape,
+    a: &[f32],
+    pack: &mut PackFn<'_>,
+    store: &mut StoreFn<'_>,
+) {
+    let n_panels = s.n.div_ceil(PANEL_ROWS);
+    let mut panels = vec![0f32; n_panels * KC * PANEL_ROWS];
+    let mut acc = [[0f32; PANEL_ROWS]; TILE_TOKENS];
+    for k0 in (0..s.kd).step_by(KC) {
+        let kc = KC.min(s.kd - k0);
+        pack(k0, kc, &mut panels);
+        for t0 in (0..s.m).step_by(TILE_TOKENS) {
+            let m = TILE_TOKENS.min(s.m - t0);
+            let xs = &a[t0 * s.lda + k0..];
+            for p in 0..n_panels {
+                let panel = &panels[p * KC * PANEL_ROWS..][..kc * PANEL_ROWS];
+                // SAFETY: the kernel runs on this CPU (caller); it checks lengths.
+                unsafe { kernel(m, kc, xs, s.lda, panel, &mut acc) };
+                let j0 = p * PANEL_ROWS;
+                let valid = PANEL_ROWS.min(s.n - j0);
+                for (t, v) in acc.iter().enumerate().take(m) {
+                    store(t0 + t, j0, &v[..valid], k0 == 0);
+                }
+            }
+        }
+    }
+}
+
+/// One matmul task: a range of weight rows against all activation vectors.
 struct Chunk<'a, 'w> {
     w: &'a QMatrix<'w>,
     x: &'a [f32],
@@ -110,26 +278,34 @@ struct Chunk<'a, 'w> {
 
 impl Chunk<'_, '_> {
     /// Dequantizes this chunk's rows, columns `k0..k0 + kc`, into `panels`
-    /// (rows past the matrix are zero).
-    fn pack(&self, k0: usize, kc: usize, row_buf: &mut [f32], panels: &mut [f32]) {
+    /// (rows past the matrix are zero): [`PANEL_ROWS`] rows at a time into
+    /// `rows_buf` (`PANEL_ROWS * KC` floats), then interleaved column by
+    /// column so the panel is written sequentially.
+    fn pack(&self, k0: usize, kc: usize, rows_buf: &mut [f32], panels: &mut [f32]) {
         let (ty, bs, bb) = (
             self.w.ty(),
             self.w.ty().block_size(),
             self.w.ty().block_bytes(),
         );
         let bytes = k0 / bs * bb..(k0 + kc) / bs * bb;
-        panels.fill(0.0);
-        for (i, r) in self.rows.clone().enumerate() {
-            let src = &self.w.row(r)[bytes.clone()];
-            // The type dequantized row 0 before the tasks started, and every
-            // slice is whole blocks, so this cannot fail.
-            if crate::formats::dequantize_row(ty, src, &mut row_buf[..kc]).is_err() {
-                continue;
+        let rows: Vec<usize> = self.rows.clone().collect();
+        for (group, panel) in rows
+            .chunks(PANEL_ROWS)
+            .zip(panels.chunks_exact_mut(KC * PANEL_ROWS))
+        {
+            rows_buf.fill(0.0);
+            for (&r, buf) in group.iter().zip(rows_buf.chunks_exact_mut(KC)) {
+                let src = &self.w.row(r)[bytes.clone()];
+                // The type dequantized row 0 before the tasks started, and every
+                // slice is whole blocks, so this cannot fail.
+                if crate::formats::dequantize_row(ty, src, &mut buf[..kc]).is_err() {
+                    buf.fill(0.0);
+                }
             }
-            let panel = &mut panels[i / PANEL_ROWS * KC * PANEL_ROWS..];
-            let j = i % PANEL_ROWS;
-            for (k, v) in row_buf[..kc].iter().enumerate() {
-                panel[k * PANEL_ROWS + j] = *v;
+            for (k, out) in panel.chunks_exact_mut(PANEL_ROWS).take(kc).enumerate() {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = rows_buf[j * KC + k];
+                }
             }
         }
     }
@@ -140,36 +316,31 @@ impl Chunk<'_, '_> {
     /// `kernel` must run on this CPU; `out` must point to `n * w.rows()`
     /// writable floats of which no other thread writes rows `self.rows`.
     unsafe fn run(&self, kernel: crate::kernels::PanelFn, out: &OutPtr) {
-        let (rows, cols) = (self.w.rows(), self.w.cols());
-        let n_panels = self.rows.len().div_ceil(PANEL_ROWS);
-        let mut panels = vec![0f32; n_panels * KC * PANEL_ROWS];
-        let mut row_buf = vec![0f32; KC];
-        let mut acc = [[0f32; PANEL_ROWS]; TILE_TOKENS];
-        for k0 in (0..cols).step_by(KC) {
-            let kc = KC.min(cols - k0);
-            self.pack(k0, kc, &mut row_buf, &mut panels);
-            for t0 in (0..self.n).step_by(TILE_TOKENS) {
-                let m = TILE_TOKENS.min(self.n - t0);
-                let xs = &self.x[t0 * cols + k0..];
-                for p in 0..n_panels {
-                    let panel = &panels[p * KC * PANEL_ROWS..][..kc * PANEL_ROWS];
-                    // SAFETY: the kernel runs on this CPU (caller); it checks lengths.
-                    unsafe { kernel(m, kc, xs, cols, panel, &mut acc) };
-                    let r = self.rows.start + p * PANEL_ROWS;
-                    let valid = PANEL_ROWS.min(self.rows.end - r);
-                    for (t, a) in acc.iter().enumerate().take(m) {
-                        let base = (t0 + t) * rows + r;
-                        for (j, v) in a.iter().enumerate().take(valid) {
-                            // SAFETY: base + j < n * rows and row r + j is in
-                            // this task's range (caller's contract).
-                            unsafe {
-                                let o = out.get().add(base + j);
-                                *o = if k0 == 0 { *v } else { *o + *v };
-                            }
-                        }
-                    }
-                }
+        let (rows, r0) = (self.w.rows(), self.rows.start);
+        let mut rows_buf = vec![0f32; PANEL_ROWS * KC];
+        let mut pack = |k0: usize, kc: usize, panels: &mut [f32]| {
+            self.pack(k0, kc, &mut rows_buf, panels);
+        };
+        let mut store = |t: usize, j0: usize, v: &[f32], first: bool| {
+            // SAFETY: t < n and rows r0 + j0 .. r0 + j0 + v.len() belong to this
+            // task (the caller's contract), so the run is inside y and no other
+            // thread touches it while this slice lives.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(out.get().add(t * rows + r0 + j0), v.len())
+            };
+            if first {
+                out.copy_from_slice(v);
+            } else {
+                out.iter_mut().zip(v).for_each(|(o, x)| *o += x);
             }
-        }
+        };
+        let shape = Shape {
+            m: self.n,
+            n: self.rows.len(),
+            kd: self.w.cols(),
+            lda: self.w.cols(),
+        };
+        // SAFETY: the kernel runs on this CPU (caller).
+        unsafe { gemm_core(kernel, &shape, self.x, &mut pack, &mut store) };
     }
 }

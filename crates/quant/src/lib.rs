@@ -83,7 +83,7 @@ pub use bandwidth::measure_read_bandwidth;
 pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV};
 pub use error::QuantError;
 pub use formats::{can_quantize, dequantize_row, quantize_row};
-pub use gemm::{matmul_f32, GEMM_MIN_VECS};
+pub use gemm::{matmul_f32, BMatrix, GEMM_MIN_VECS};
 pub use matrix::{QMatrix, QuantizedActs};
 pub use matvec::{matmul, matvec, matvec_f32};
 pub use pool::ThreadPool;

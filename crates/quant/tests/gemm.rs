@@ -9,7 +9,7 @@ mod common;
 use common::{random_row, Rng};
 use proptest::prelude::*;
 use statelm_gguf::GgmlType;
-use statelm_quant::{dequantize_row, Kernels, QMatrix, QuantError, ThreadPool};
+use statelm_quant::{dequantize_row, BMatrix, Kernels, QMatrix, QuantError, ThreadPool};
 
 const TYPES: [GgmlType; 7] = [
     GgmlType::Q8_0,
@@ -76,6 +76,69 @@ proptest! {
             prop_assert!((f64::from(*got) - want).abs() <= tol, "{ty} [{i}]: {got} vs {want}");
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn strided_gemm_matches_f64_in_both_layouts(
+        m in 1usize..14, n in 1usize..40, kd in 0usize..300, pad in 0usize..5, seed in any::<u64>(),
+    ) {
+        let mut rng = Rng(seed);
+        let (lda, ldc, ldb) = (kd + pad, n + pad, kd.max(n) + pad);
+        let a = rng.vec(m * lda);
+        let rows = rng.vec(n * ldb); // B(j, k) = rows[j * ldb + k]
+        let cols = rng.vec(kd.max(1) * ldb); // B(j, k) = cols[k * ldb + j]
+        for (name, b, get) in [
+            ("rows", BMatrix::Rows { data: &rows, stride: ldb }, &(|j: usize, k: usize| rows[j * ldb + k]) as &dyn Fn(usize, usize) -> f32),
+            ("cols", BMatrix::Cols { data: &cols, stride: ldb }, &|j: usize, k: usize| cols[k * ldb + j]),
+        ] {
+            let mut outs = Vec::new();
+            for k in [Kernels::scalar(), Kernels::detected()] {
+                let mut c = vec![f32::NAN; m * ldc];
+                k.gemm_f32(m, n, kd, &a, lda, b, &mut c, ldc).unwrap();
+                outs.push(c);
+            }
+            for t in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..kd).map(|k| f64::from(a[t * lda + k]) * f64::from(get(j, k))).sum();
+                    let got = outs[0][t * ldc + j];
+                    prop_assert_eq!(got.to_bits(), outs[1][t * ldc + j].to_bits());
+                    let tol = 1e-5 * (1.0 + want.abs()) * (kd as f64).sqrt().max(1.0);
+                    prop_assert!((f64::from(got) - want).abs() <= tol, "{name} [{t},{j}]: {got} vs {want}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn strided_gemm_short_slices_are_typed_errors() {
+    let k = Kernels::detected();
+    let (a, b) = (vec![0f32; 2 * 8], vec![0f32; 3 * 8]);
+    let mut c = vec![0f32; 2 * 3];
+    let rows = BMatrix::Rows {
+        data: &b,
+        stride: 8,
+    };
+    k.gemm_f32(2, 3, 8, &a, 8, rows, &mut c, 3).unwrap();
+    assert!(matches!(
+        k.gemm_f32(2, 3, 8, &a[..15], 8, rows, &mut c, 3),
+        Err(QuantError::BadLength { .. })
+    ));
+    assert!(matches!(
+        k.gemm_f32(2, 3, 8, &a, 8, rows, &mut c[..5], 3),
+        Err(QuantError::BadLength { .. })
+    ));
+    let short = BMatrix::Cols {
+        data: &b[..20],
+        stride: 3,
+    };
+    assert!(matches!(
+        k.gemm_f32(2, 3, 8, &a, 8, short, &mut c, 3),
+        Err(QuantError::BadLength { .. })
+    ));
 }
 
 #[test]
