@@ -28,7 +28,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             threads: 0,
-            ubatch: 512,
+            ubatch: 128,
         }
     }
 }
