@@ -21,19 +21,31 @@ const TYPES: [GgmlType; 7] = [
     GgmlType::F32,
 ];
 
-fn reference(ty: GgmlType, data: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {
+/// f32 summation budget relative to `Σ |a_k b_k|` (the magnitude of the terms, so
+/// cancellation cannot make it vanish).
+const SUM_REL: f64 = 1e-5;
+
+/// `(Σ_k x_k w_k, Σ_k |x_k w_k|)` in f64 for every output, over the dequantized weights.
+fn reference(
+    ty: GgmlType,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+) -> Vec<(f64, f64)> {
     let w = QMatrix::new(ty, rows, cols, data).unwrap();
     let mut deq = vec![0f32; cols];
-    let mut y = vec![0f64; n * rows];
+    let mut y = vec![(0f64, 0f64); n * rows];
     for r in 0..rows {
         dequantize_row(ty, w.row(r), &mut deq).unwrap();
         for t in 0..n {
             let xs = &x[t * cols..(t + 1) * cols];
-            y[t * rows + r] = xs
+            let terms = xs
                 .iter()
                 .zip(&deq)
-                .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                .sum();
+                .map(|(a, b)| f64::from(*a) * f64::from(*b));
+            y[t * rows + r] = terms.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
         }
     }
     y
@@ -71,9 +83,9 @@ proptest! {
             prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 outs[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         }
-        for (i, (got, want)) in outs[0].iter().zip(&want).enumerate() {
-            let tol = 1e-5 * (1.0 + want.abs()) * (cols as f64).sqrt();
-            prop_assert!((f64::from(*got) - want).abs() <= tol, "{ty} [{i}]: {got} vs {want}");
+        for (i, (got, (want, magnitude))) in outs[0].iter().zip(&want).enumerate() {
+            let tol = SUM_REL * magnitude + 1e-30;
+            prop_assert!((f64::from(*got) - want).abs() <= tol, "{ty} [{i}]: {got} vs {want} (Σ|terms| {magnitude})");
         }
     }
 }
@@ -102,10 +114,11 @@ proptest! {
             }
             for t in 0..m {
                 for j in 0..n {
-                    let want: f64 = (0..kd).map(|k| f64::from(a[t * lda + k]) * f64::from(get(j, k))).sum();
+                    let terms = (0..kd).map(|k| f64::from(a[t * lda + k]) * f64::from(get(j, k)));
+                    let (want, magnitude) = terms.fold((0.0, 0.0), |(s, m), v| (s + v, m + f64::abs(v)));
                     let got = outs[0][t * ldc + j];
                     prop_assert_eq!(got.to_bits(), outs[1][t * ldc + j].to_bits());
-                    let tol = 1e-5 * (1.0 + want.abs()) * (kd as f64).sqrt().max(1.0);
+                    let tol = SUM_REL * magnitude + 1e-30;
                     prop_assert!((f64::from(got) - want).abs() <= tol, "{name} [{t},{j}]: {got} vs {want}");
                 }
             }
