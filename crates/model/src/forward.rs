@@ -47,6 +47,7 @@ pub(crate) fn forward_batch(
         ffn_block(ctx, &mut state.scratch, il, lw, n, trace)?;
     }
     output(ctx, &mut state.scratch, n, logit_rows, logits)?;
+    state.scratch.acts.release_gemm_copies();
     state.n_cached += n;
     Ok(())
 }

@@ -383,28 +383,19 @@ fn scratch_bytes(s: &ModelSketch, o: &PlanOptions) -> u64 {
     4 * (fixed + kf + vf) as u64 + acts_bytes(s, n, o.logits_rows.min(n)) as u64
 }
 
-/// Bytes of the quantized-activation buffers: one per vec-dot type (plus its f32 copy when
-/// batches take the GEMM path), grown over the first micro-batch's matrix products in forward
-/// order.
+/// Bytes of the quantized-activation buffers: one per vec-dot type, grown over the first
+/// micro-batch's matrix products in forward order.
 fn acts_bytes(s: &ModelSketch, n: usize, logit_rows: usize) -> usize {
     let c = &s.config;
-    // Per vec-dot type: (type, quantized bytes, f32 copy elements for the GEMM path).
-    let mut caps: Vec<(GgmlType, usize, usize)> = Vec::new();
-    let gemm = statelm_quant::Kernels::global().prefers_f32_gemm();
+    // Per vec-dot type: (type, quantized bytes). The GEMM path's f32 copies are freed at the
+    // end of every forward call, so a State never holds them between calls.
+    let mut caps: Vec<(GgmlType, usize)> = Vec::new();
     let mut need = |ty: GgmlType, cols: usize, rows: usize| {
         let vdt = statelm_quant::vec_dot_type(ty);
         let row = vdt.bytes_for(cols as u64).unwrap_or(4 * cols as u64) as usize;
-        let i = match caps.iter().position(|e| e.0 == vdt) {
-            Some(i) => i,
-            None => {
-                caps.push((vdt, 0, 0));
-                caps.len() - 1
-            }
-        };
-        let e = &mut caps[i];
-        e.1 = grow(e.1, row * rows);
-        if gemm && rows >= statelm_quant::GEMM_MIN_VECS {
-            e.2 = grow(e.2, cols * rows);
+        match caps.iter_mut().find(|e| e.0 == vdt) {
+            Some(e) => e.1 = grow(e.1, row * rows),
+            None => caps.push((vdt, row * rows)),
         }
     };
     let cols = [
@@ -424,7 +415,7 @@ fn acts_bytes(s: &ModelSketch, n: usize, logit_rows: usize) -> usize {
     if logit_rows > 0 {
         need(s.output_type, c.n_embd, logit_rows);
     }
-    caps.iter().map(|e| e.1 + 4 * e.2).sum()
+    caps.iter().map(|e| e.1).sum()
 }
 
 /// Plans `sketch` under `opts`.

@@ -89,6 +89,16 @@ impl ActsCache {
         }
     }
 
+    /// Frees the f32 copies of the GEMM path: they are `n × cols` floats per vec-dot type (2.5
+    /// MiB for a 128-token Qwen batch) and only a prefill uses them, so a State does not keep
+    /// them between calls (they are transient memory of the forward pass, not State memory).
+    pub fn release_gemm_copies(&mut self) {
+        for e in &mut self.entries {
+            e.dequantized = Vec::new();
+            e.fresh.1 = false;
+        }
+    }
+
     fn bytes(&self) -> usize {
         self.entries
             .iter()
