@@ -28,7 +28,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             threads: 0,
-            ubatch: 128,
+            ubatch: 512,
         }
     }
 }
