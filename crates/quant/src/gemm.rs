@@ -15,9 +15,10 @@
 //!
 //! Each output is a sum over column slices of FMA chains in column order, so
 //! it does not depend on the thread count, and the scalar and AVX2
-//! micro-kernels agree bit for bit. Activations are not quantized on this
-//! path, so results differ from [`crate::matmul`] by the activation
-//! quantization error (tested against an f64 reference).
+//! micro-kernels agree bit for bit (tested against an f64 reference). The
+//! activations are plain f32: the model passes its ggml-quantized activations
+//! dequantized again ([`crate::QuantizedActs::dequantize`]), so the products
+//! equal the integer path's and only the summation order differs.
 
 use crate::dispatch::Kernels;
 use crate::error::{check_len, QuantError};
@@ -288,13 +289,11 @@ impl Chunk<'_, '_> {
             self.w.ty().block_bytes(),
         );
         let bytes = k0 / bs * bb..(k0 + kc) / bs * bb;
-        let rows: Vec<usize> = self.rows.clone().collect();
-        for (group, panel) in rows
-            .chunks(PANEL_ROWS)
-            .zip(panels.chunks_exact_mut(KC * PANEL_ROWS))
-        {
+        let groups = self.rows.clone().step_by(PANEL_ROWS);
+        for (g0, panel) in groups.zip(panels.chunks_exact_mut(KC * PANEL_ROWS)) {
+            let group = g0..(g0 + PANEL_ROWS).min(self.rows.end);
             rows_buf.fill(0.0);
-            for (&r, buf) in group.iter().zip(rows_buf.chunks_exact_mut(KC)) {
+            for (r, buf) in group.zip(rows_buf.chunks_exact_mut(KC)) {
                 let src = &self.w.row(r)[bytes.clone()];
                 // The type dequantized row 0 before the tasks started, and every
                 // slice is whole blocks, so this cannot fail.
