@@ -131,6 +131,8 @@ fn attention_block(
             .for_each(|h| ops::rms_norm_in_place(h, qn, c.norm_eps));
         k.chunks_exact_mut(c.head_dim)
             .for_each(|h| ops::rms_norm_in_place(h, kn, c.norm_eps));
+        record(trace, Some(il), "q_normed", n, q);
+        record(trace, Some(il), "k_normed", n, k);
     }
     let angles = &mut sc.rope[usize::from(c.is_swa_layer(il))];
     for t in 0..n {

@@ -3,7 +3,8 @@
 /// `1 / sqrt(mean(x²) + eps)`, the sum of squares accumulated in f64 (Gemma's residual stream
 /// has values in the thousands; an f32 sum of them loses digits the logits notice).
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    // As ggml: each square rounded to f32, the sum in f64, the mean rounded to f32.
+    let ss: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
     let mean = (ss / x.len() as f64) as f32;
     1.0 / (mean + eps).sqrt()
 }
@@ -20,7 +21,7 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let inv = rms_scale(x, eps);
     for (v, g) in x.iter_mut().zip(w) {
-        *v *= inv * g;
+        *v = *v * inv * g;
     }
 }
 

@@ -36,20 +36,24 @@ impl RopeAngles {
             RopeStyle::Neox => {
                 let (lo, hi) = head.split_at_mut(half);
                 for i in 0..half {
-                    let (x0, x1) = (lo[i], hi[i]);
-                    lo[i] = x0 * self.cos[i] - x1 * self.sin[i];
-                    hi[i] = x0 * self.sin[i] + x1 * self.cos[i];
+                    (lo[i], hi[i]) = rotate_pair(lo[i], hi[i], self.cos[i], self.sin[i]);
                 }
             }
             RopeStyle::Interleaved => {
                 for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-                    let (x0, x1) = (pair[0], pair[1]);
-                    pair[0] = x0 * self.cos[i] - x1 * self.sin[i];
-                    pair[1] = x0 * self.sin[i] + x1 * self.cos[i];
+                    (pair[0], pair[1]) = rotate_pair(pair[0], pair[1], self.cos[i], self.sin[i]);
                 }
             }
         }
     }
+}
+
+/// `(x0·cos − x1·sin, x0·sin + x1·cos)` with the rounding llama.cpp's x86 build has: its C
+/// compiler contracts each line into one fused multiply-add of the first product onto the
+/// rounded second (`fma(x0, cos, −(x1·sin))`). Verified bit for bit against its intermediates.
+#[inline]
+fn rotate_pair(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
+    (x0.mul_add(cos, -(x1 * sin)), x0.mul_add(sin, x1 * cos))
 }
 
 /// Rotates one head by `pos` positions (a one-off; the forward pass reuses [`RopeAngles`]).

@@ -50,8 +50,48 @@ pub(crate) fn quantize_block(x: &[f32]) -> BlockQ8_0 {
     b
 }
 
+/// Quantizes one block of activations the way ggml's x86 SIMD quantizer does (what llama.cpp
+/// multiplies by on AVX2 machines): `d = amax / 127`, but `q = x * (127 / amax)` rounded half
+/// to even. It differs from [`quantize_block`] in the last bit of some codes, enough to move a
+/// sensitive model's logits, so activations use this rule and weights the reference one.
+#[inline]
+pub(crate) fn quantize_block_acts(x: &[f32]) -> BlockQ8_0 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut b = BlockQ8_0 {
+        d: f16::from_f32(amax / 127.0),
+        qs: [0; 32],
+    };
+    for (q, &v) in b.qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+    }
+    b
+}
+
 pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
     for (x, out) in src.chunks_exact(32).zip(dst.chunks_exact_mut(34)) {
         write_block(&quantize_block(x), out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weights round half away from zero through `1 / d`; activations round half to even
+    /// through `127 / amax`, as ggml's x86 quantizer does.
+    #[test]
+    fn activation_rule_rounds_ties_to_even() {
+        let mut x = [0.0f32; 32];
+        x[0] = 127.0; // amax 127: d = 1, both scales exactly 1
+        x[1] = 2.5;
+        x[2] = -3.5;
+        x[3] = 0.5;
+        let w = quantize_block(&x);
+        let a = quantize_block_acts(&x);
+        assert_eq!(&w.qs[..4], &[127, 3, -4, 1]);
+        assert_eq!(&a.qs[..4], &[127, 2, -4, 0]);
+        assert_eq!(w.d, a.d);
+        assert_eq!(quantize_block_acts(&[0.0; 32]).qs, [0; 32]);
     }
 }

@@ -1,6 +1,6 @@
 //! AVX2 activation quantizers. They produce exactly the bytes of the scalar
-//! quantizers: same `x * (1 / d)` products, rounding emulated exactly (half
-//! away from zero for Q8_0, half to even for Q8_K).
+//! quantizers: Q8_0 as ggml's x86 quantizer (`x * (127 / amax)`, half to even), Q8_K as
+//! its reference (`x * (-127 / max)`, half to even).
 
 use super::{load_ps, store256};
 use crate::formats::float::f32_to_f16;
@@ -24,20 +24,6 @@ fn hmin_ps(v: __m256) -> f32 {
     let m = _mm_min_ps(m, _mm_movehl_ps(m, m));
     let m = _mm_min_ss(m, _mm_movehdup_ps(m));
     _mm_cvtss_f32(m)
-}
-
-/// Rounds half away from zero, like `f32::round`, exactly (for |x| < 2^23 the
-/// truncation and the fraction are exact; larger values are already integral).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn round_away(v: __m256) -> __m256 {
-    let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-    let frac = _mm256_sub_ps(v, t);
-    let sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0));
-    let abs_frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0), frac);
-    let up = _mm256_cmp_ps::<_CMP_GE_OQ>(abs_frac, _mm256_set1_ps(0.5));
-    let one = _mm256_or_ps(_mm256_set1_ps(1.0), sign);
-    _mm256_add_ps(t, _mm256_and_ps(up, one))
 }
 
 /// Packs 4 x 8 i32 (integral f32 values) into 32 saturated i8 in order.
@@ -72,10 +58,13 @@ pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
             _mm256_max_ps(a[0], a[1]),
             _mm256_max_ps(a[2], a[3]),
         ));
-        let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-        let q = pack_i8(v.map(|t| round_away(_mm256_mul_ps(t, id))));
-        ob[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let q = pack_i8(v.map(|t| {
+            _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+                t, id,
+            ))
+        }));
+        ob[..2].copy_from_slice(&f32_to_f16(amax / 127.0).to_le_bytes());
         store256((&mut ob[2..34]).try_into().expect("34-byte block"), q);
     }
 }

@@ -18,10 +18,10 @@ pub use vector::{axpy_f32, dot_f32};
 
 use crate::formats::{q8_0, q8_k, write_block};
 
-/// Quantizes activations to Q8_0 (ggml's reference rule).
+/// Quantizes activations to Q8_0 (ggml's x86 rule, see [`q8_0::quantize_block_acts`]).
 pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
-        write_block(&q8_0::quantize_block(xb), ob);
+        write_block(&q8_0::quantize_block_acts(xb), ob);
     }
 }
 
