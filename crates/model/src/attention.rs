@@ -3,6 +3,14 @@
 //! For each query token `t` (position `p0 + t`) and head `h` (kv head `h / (H / Hkv)`):
 //! `out = Σ_c softmax_c(scale · q·k_c) · v_c` over the cells `c` whose position is at most
 //! `p0 + t` and, for a sliding-window layer, within the window.
+//!
+//! Work is split by kv head (and the query heads of a kv head into parts when there are fewer
+//! kv heads than threads), so each key and value row is read once for all the query heads that
+//! share it, into per-task buffers the State keeps (decode does not allocate). Batches below
+//! [`GEMM_MIN_QUERIES`] tokens (decode) take one dot and one `axpy` per (query row, visible
+//! cell); larger ones two GEMMs, `Sᵀ = K·Qᵀ` over every cell (invisible ones then −∞), softmax
+//! per row, `O = P·V`. Each path's per-row arithmetic does not depend on the batch, so a small
+//! batch equals token-by-token decode bit for bit; the two paths differ by f32 summation order.
 
 use crate::kv::LayerCache;
 use crate::ops;
@@ -10,11 +18,8 @@ use crate::scratch::fit;
 use statelm_quant::{BMatrix, Kernels, QuantError, ThreadPool};
 use std::sync::Mutex;
 
-/// Batches of at least this many queries attend with two GEMMs per head (`S = Q·Kᵀ` over every
-/// cell, masked softmax, `O = P·V`); smaller ones (decode) loop over the visible cells per query.
-/// The same threshold as the projections' GEMM path, so a batch below it computes exactly what
-/// token-by-token decode computes (bit for bit), and a batch above it differs from that only by
-/// f32 summation order.
+/// Batches of at least this many tokens attend with GEMMs — the same threshold as the
+/// projections' GEMM path.
 const GEMM_MIN_QUERIES: usize = statelm_quant::GEMM_MIN_VECS;
 
 /// The head layout of one layer.
@@ -29,8 +34,67 @@ pub(crate) struct AttentionShape {
     pub window: Option<usize>,
 }
 
+/// Buffers of one attention task, kept by the State between calls (decode does not allocate).
+#[derive(Default)]
+pub(crate) struct AttnScratch {
+    /// The task's queries, stacked `[n·heads, D]`.
+    q: Vec<f32>,
+    /// Raw scores, transposed `[cells, n·heads]`.
+    st: Vec<f32>,
+    /// Scores, then probabilities `[n·heads, cells]`.
+    scores: Vec<f32>,
+    /// Output rows `[n·heads, Dv]`.
+    out: Vec<f32>,
+    /// Packed key or value panels of the GEMMs.
+    panels: Vec<f32>,
+    /// The task's error, if its GEMM refused the shapes.
+    error: Option<QuantError>,
+}
+
+impl AttnScratch {
+    /// Bytes allocated.
+    pub(crate) fn bytes(&self) -> usize {
+        let f = [&self.q, &self.st, &self.scores, &self.out, &self.panels];
+        f.iter().map(|v| v.capacity() * 4).sum()
+    }
+}
+
+/// One pool task: kv head `kvh` and its query heads `h0..h1`.
+#[derive(Clone, Copy)]
+struct Task {
+    kvh: usize,
+    h0: usize,
+    h1: usize,
+}
+
+/// Splits the work into at most `n_head` tasks: one per kv head, and the query heads of a kv
+/// head into parts when there are fewer kv heads than threads (Gemma 3 270M has one).
+fn task(s: &AttentionShape, threads: usize, i: usize) -> Task {
+    let group = s.n_head / s.n_head_kv;
+    let parts = threads.div_ceil(s.n_head_kv).clamp(1, group);
+    let (kvh, part) = (i / parts, i % parts);
+    let per = group.div_ceil(parts);
+    let h0 = kvh * group + (part * per).min(group);
+    let h1 = kvh * group + ((part + 1) * per).min(group);
+    Task { kvh, h0, h1 }
+}
+
+/// Number of tasks [`task`] defines.
+fn n_tasks(s: &AttentionShape, threads: usize) -> usize {
+    let group = s.n_head / s.n_head_kv;
+    s.n_head_kv * threads.div_ceil(s.n_head_kv).clamp(1, group)
+}
+
+/// The cache as f32 rows: cell positions, keys `[cells, Hkv·D]`, values `[cells, Hkv·Dv]`.
+struct KvView<'a> {
+    pos: &'a [u32],
+    kf: &'a [f32],
+    vf: &'a [f32],
+}
+
 /// Attention of `n` queries `q [n, H·D]` at positions `p0..p0+n` over `cache` (which already
-/// holds their own keys) into `out [n, H·Dv]`. `kf`/`vf` are scratch for the f32 cache.
+/// holds their own keys) into `out [n, H·Dv]`. `kf`/`vf` are scratch for the f32 cache and
+/// `tasks` the per-task buffers.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     pool: &ThreadPool,
@@ -41,6 +105,7 @@ pub(crate) fn attend(
     out: &mut [f32],
     kf: &mut Vec<f32>,
     vf: &mut Vec<f32>,
+    tasks: &mut Vec<Mutex<AttnScratch>>,
 ) -> Result<(), QuantError> {
     let cells = cache.used();
     let (kd, vd) = (s.n_head_kv * s.head_dim, s.n_head_kv * s.v_head_dim);
@@ -48,34 +113,35 @@ pub(crate) fn attend(
     cache.read_all_k(kf);
     let vf = fit(vf, cells * vd);
     cache.read_all_v(vf);
-    let (kf, vf) = (&*kf, &*vf);
-    let pos = &cache.pos;
+    let kv = KvView {
+        pos: &cache.pos,
+        kf,
+        vf,
+    };
     let n = out.len() / (s.n_head * s.v_head_dim);
-    if n >= GEMM_MIN_QUERIES {
-        return attend_gemm(pool, s, pos, kf, vf, q, p0, out);
+    let count = n_tasks(s, pool.n_threads());
+    while tasks.len() < count {
+        tasks.push(Mutex::default());
     }
-    let group = s.n_head / s.n_head_kv;
-    let kernels = Kernels::global();
-    for_each_chunk_mut(pool, out, s.v_head_dim, &|i, o: &mut [f32]| {
-        let (t, h) = (i / s.n_head, i % s.n_head);
-        let kvh = h / group;
-        let qpos = (p0 + t) as u32;
-        let qv = &q[(t * s.n_head + h) * s.head_dim..][..s.head_dim];
-        let mut scores = Vec::with_capacity(cells);
-        let mut visible = Vec::with_capacity(cells);
-        for (c, &p) in pos.iter().enumerate() {
-            if is_visible(s, qpos, p) {
-                let k = &kf[c * kd + kvh * s.head_dim..][..s.head_dim];
-                scores.push(kernels.dot_f32(qv, k) * s.scale);
-                visible.push(c);
-            }
-        }
-        ops::softmax(&mut scores);
-        o.fill(0.0);
-        for (&c, &w) in visible.iter().zip(&scores) {
-            kernels.axpy_f32(o, w, &vf[c * vd + kvh * s.v_head_dim..][..s.v_head_dim]);
-        }
+    let tasks = &tasks[..count];
+    pool.run(count, &|i| {
+        let mut sc = tasks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let t = task(s, pool.n_threads(), i);
+        sc.error = attend_task(s, &kv, q, p0, n, t, &mut sc).err();
     });
+    let dv = s.v_head_dim;
+    for (i, slot) in tasks.iter().enumerate() {
+        let mut sc = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = sc.error.take() {
+            return Err(e);
+        }
+        let t = task(s, pool.n_threads(), i);
+        let heads = t.h1 - t.h0;
+        for (r, src) in sc.out.chunks_exact(dv).take(n * heads).enumerate() {
+            let (tok, j) = (r / heads, r % heads);
+            out[(tok * s.n_head + t.h0 + j) * dv..][..dv].copy_from_slice(src);
+        }
+    }
     Ok(())
 }
 
@@ -84,109 +150,233 @@ fn is_visible(s: &AttentionShape, qpos: u32, p: u32) -> bool {
     p <= qpos && s.window.is_none_or(|w| qpos - p < w as u32)
 }
 
-/// [`attend`] for a batch: per head (one pool task each), `S [n, cells] = Q_h · K_kvhᵀ`,
-/// invisible cells set to −∞, softmax per row, `O_h [n, Dv] = P · V_kvh`. The same arithmetic
-/// as the per-query loop (masked cells get weight exactly 0) in another summation order; the
-/// results agree to f32 rounding (about 1e-6 relative on the real models).
-#[allow(clippy::too_many_arguments)]
-fn attend_gemm(
-    pool: &ThreadPool,
-    s: &AttentionShape,
-    pos: &[u32],
-    kf: &[f32],
-    vf: &[f32],
-    q: &[f32],
-    p0: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let dv = s.v_head_dim;
-    let n = out.len() / (s.n_head * dv);
-    let heads: Vec<Mutex<Result<Vec<f32>, QuantError>>> =
-        (0..s.n_head).map(|_| Mutex::new(Ok(Vec::new()))).collect();
-    let kv = KvView { pos, kf, vf };
-    pool.run(s.n_head, &|h| {
-        *heads[h].lock().unwrap_or_else(|e| e.into_inner()) = attend_head(s, &kv, q, p0, n, h);
-    });
-    for (h, slot) in heads.into_iter().enumerate() {
-        let o = slot.into_inner().unwrap_or_else(|e| e.into_inner())?;
-        for (t, src) in o.chunks_exact(dv).enumerate() {
-            out[(t * s.n_head + h) * dv..][..dv].copy_from_slice(src);
-        }
-    }
-    Ok(())
-}
-
-/// Runs `f(i, chunk_i)` for every `chunk_len`-sized chunk of `out` across the pool. Each chunk
-/// sits behind its own (uncontended) mutex, which is how safe code hands disjoint `&mut` slices
-/// to pool tasks.
-pub(crate) fn for_each_chunk_mut(
-    pool: &ThreadPool,
-    out: &mut [f32],
-    chunk_len: usize,
-    f: &(dyn Fn(usize, &mut [f32]) + Sync),
-) {
-    let chunks: Vec<std::sync::Mutex<&mut [f32]>> = out
-        .chunks_mut(chunk_len)
-        .map(std::sync::Mutex::new)
-        .collect();
-    pool.run(chunks.len(), &|i| {
-        let mut chunk = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
-        f(i, &mut chunk);
-    });
-}
-
-/// The cache as f32 rows: cell positions, keys `[cells, Hkv·D]`, values `[cells, Hkv·Dv]`.
-struct KvView<'a> {
-    pos: &'a [u32],
-    kf: &'a [f32],
-    vf: &'a [f32],
-}
-
-/// One head of [`attend_gemm`]: `softmax(mask(scale · Q_h K_kvhᵀ)) V_kvh` as `[n, Dv]`.
-fn attend_head(
+/// One task of [`attend`]: `softmax(mask(scale · Q Kᵀ)) V` for query heads `t.h0..t.h1` of all
+/// `n` tokens, rows ordered token-major, into `sc.out [n·heads, Dv]`.
+fn attend_task(
     s: &AttentionShape,
     kv: &KvView<'_>,
     q: &[f32],
     p0: usize,
     n: usize,
-    h: usize,
-) -> Result<Vec<f32>, QuantError> {
+    t: Task,
+    sc: &mut AttnScratch,
+) -> Result<(), QuantError> {
     let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
-    let kvh = h / (s.n_head / s.n_head_kv);
+    let heads = t.h1 - t.h0;
+    let rows = n * heads;
+    if rows == 0 {
+        return Ok(());
+    }
     let kernels = Kernels::global();
-    // S [n, cells] = Q_h · K_kvhᵀ
-    let mut scores = vec![0f32; n * cells];
-    let keys = BMatrix::Rows {
-        data: &kv.kf[kvh * d..],
-        stride: s.n_head_kv * d,
+    // Q [rows, D]: row (tok, j) is head h0 + j of token tok.
+    let qs = fit(&mut sc.q, rows * d);
+    for (tok, dst) in qs.chunks_exact_mut(heads * d).enumerate() {
+        dst.copy_from_slice(&q[(tok * s.n_head + t.h0) * d..][..heads * d]);
+    }
+    if n < GEMM_MIN_QUERIES {
+        attend_rows_by_dots(s, kv, p0, rows, heads, t.kvh, sc);
+        return Ok(());
+    }
+    // Sᵀ [cells, rows] = K_kvh · Qᵀ: the keys are read in place and only the query rows are
+    // packed.
+    let st = fit(&mut sc.st, cells * rows);
+    let queries = BMatrix::Rows {
+        data: qs,
+        stride: d,
     };
-    kernels.gemm_f32(
-        n,
+    let keys = &kv.kf[t.kvh * d..];
+    kernels.gemm_f32_with(
         cells,
+        rows,
         d,
-        &q[h * d..],
-        s.n_head * d,
         keys,
-        &mut scores,
-        cells,
+        s.n_head_kv * d,
+        queries,
+        st,
+        rows,
+        &mut sc.panels,
     )?;
-    for (t, row) in scores.chunks_exact_mut(cells).enumerate() {
-        let qpos = (p0 + t) as u32;
-        for (v, &p) in row.iter_mut().zip(kv.pos) {
+    // S [rows, cells]: scaled, invisible cells −∞, softmax per row.
+    let scores = fit(&mut sc.scores, rows * cells);
+    for (r, row) in scores.chunks_exact_mut(cells).enumerate() {
+        let qpos = (p0 + r / heads) as u32;
+        for ((v, &p), st_row) in row.iter_mut().zip(kv.pos).zip(st.chunks_exact(rows)) {
             *v = if is_visible(s, qpos, p) {
-                *v * s.scale
+                st_row[r] * s.scale
             } else {
                 f32::NEG_INFINITY
             };
         }
         ops::softmax(row);
     }
-    // O [n, Dv] = P · V_kvh
-    let mut o = vec![0f32; n * dv];
+    // O [rows, Dv] = P · V_kvh
+    let o = fit(&mut sc.out, rows * dv);
     let values = BMatrix::Cols {
-        data: &kv.vf[kvh * dv..],
+        data: &kv.vf[t.kvh * dv..],
         stride: s.n_head_kv * dv,
     };
-    kernels.gemm_f32(n, dv, cells, &scores, cells, values, &mut o, dv)?;
-    Ok(o)
+    kernels.gemm_f32_with(
+        rows,
+        dv,
+        cells,
+        scores,
+        cells,
+        values,
+        o,
+        dv,
+        &mut sc.panels,
+    )
+}
+
+/// The small-batch (decode) path of [`attend_task`], on the queries already in `sc.q`: per
+/// visible cell, one dot per query row and one `axpy` of the value row per query row, cells in
+/// ascending order. Cell-outer loops keep each key and value row in L1 for all the rows; each
+/// row's arithmetic is the same whatever the batch, so a small batch equals decode bit for bit.
+fn attend_rows_by_dots(
+    s: &AttentionShape,
+    kv: &KvView<'_>,
+    p0: usize,
+    rows: usize,
+    heads: usize,
+    kvh: usize,
+    sc: &mut AttnScratch,
+) {
+    let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
+    let (kd, vd) = (s.n_head_kv * d, s.n_head_kv * dv);
+    let kernels = Kernels::global();
+    let scores = fit(&mut sc.scores, rows * cells);
+    for (c, &p) in kv.pos.iter().enumerate() {
+        let key = &kv.kf[c * kd + kvh * d..][..d];
+        for (r, q) in sc.q[..rows * d].chunks_exact(d).enumerate() {
+            scores[r * cells + c] = if is_visible(s, (p0 + r / heads) as u32, p) {
+                kernels.dot_f32(q, key) * s.scale
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+    }
+    scores.chunks_exact_mut(cells).for_each(ops::softmax);
+    let o = fit(&mut sc.out, rows * dv);
+    o.fill(0.0);
+    for c in 0..cells {
+        let value = &kv.vf[c * vd + kvh * dv..][..dv];
+        for (r, out) in o.chunks_exact_mut(dv).enumerate() {
+            let w = scores[r * cells + c];
+            if w != 0.0 {
+                kernels.axpy_f32(out, w, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::KvType;
+
+    /// Plain loops in f64 over the visible cells.
+    fn naive(s: &AttentionShape, cache: &LayerCache, q: &[f32], p0: usize, n: usize) -> Vec<f32> {
+        let (d, dv, group) = (s.head_dim, s.v_head_dim, s.n_head / s.n_head_kv);
+        let (mut k, mut v) = (
+            vec![0f32; cache.used() * s.n_head_kv * d],
+            vec![0f32; cache.used() * s.n_head_kv * dv],
+        );
+        cache.read_all_k(&mut k);
+        cache.read_all_v(&mut v);
+        let mut out = vec![0f32; n * s.n_head * dv];
+        for t in 0..n {
+            for h in 0..s.n_head {
+                let kvh = h / group;
+                let qv = &q[(t * s.n_head + h) * d..][..d];
+                let vis: Vec<usize> = (0..cache.used())
+                    .filter(|&c| is_visible(s, (p0 + t) as u32, cache.pos[c]))
+                    .collect();
+                let sc: Vec<f64> = vis
+                    .iter()
+                    .map(|&c| {
+                        let kr = &k[(c * s.n_head_kv + kvh) * d..][..d];
+                        qv.iter()
+                            .zip(kr)
+                            .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                            .sum::<f64>()
+                            * f64::from(s.scale)
+                    })
+                    .collect();
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for (i, &c) in vis.iter().enumerate() {
+                    let vr = &v[(c * s.n_head_kv + kvh) * dv..][..dv];
+                    for (o, x) in out[(t * s.n_head + h) * dv..][..dv].iter_mut().zip(vr) {
+                        *o += (e[i] / z * f64::from(*x)) as f32;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn both_paths_match_naive_attention_on_a_wrapped_ring() {
+        let s = AttentionShape {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 24,
+            v_head_dim: 20,
+            scale: 0.3,
+            window: Some(8),
+        };
+        let pool = ThreadPool::new(2);
+        // A 48-cell ring: the batches of 33 and 40 take the GEMM path, the others the dots.
+        let mut cache = LayerCache::new(KvType::F32, 2 * 24, 2 * 20, 48);
+        let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
+        let (mut kf, mut vf, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
+        let mut p0 = 0;
+        for n in [3usize, 2, 1, 33, 4, 2, 1, 40, 1, 3] {
+            for t in 0..n {
+                let p = p0 + t;
+                let k: Vec<f32> = (0..48).map(|i| val(p * 100 + i)).collect();
+                let v: Vec<f32> = (0..40).map(|i| val(p * 100 + 50 + i)).collect();
+                cache.push(p as u32, &k, &v);
+            }
+            let q: Vec<f32> = (0..n * 4 * 24).map(|i| val(p0 * 1000 + i + 7)).collect();
+            let mut out = vec![0f32; n * 4 * 20];
+            attend(
+                &pool, &s, &cache, &q, p0, &mut out, &mut kf, &mut vf, &mut tasks,
+            )
+            .unwrap();
+            let want = naive(&s, &cache, &q, p0, n);
+            for (a, b) in out.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-5, "p0 {p0} n {n}: {a} vs {b}");
+            }
+            p0 += n;
+        }
+    }
+
+    #[test]
+    fn tasks_cover_every_head_once() {
+        for (n_head, n_head_kv) in [(4, 1), (14, 2), (8, 8), (32, 8), (6, 3)] {
+            for threads in 1..6 {
+                let s = AttentionShape {
+                    n_head,
+                    n_head_kv,
+                    head_dim: 8,
+                    v_head_dim: 8,
+                    scale: 1.0,
+                    window: None,
+                };
+                let mut seen = vec![0; n_head];
+                for i in 0..n_tasks(&s, threads) {
+                    let t = task(&s, threads, i);
+                    let group = n_head / n_head_kv;
+                    assert!(t.h0 <= t.h1 && t.h1 <= (t.kvh + 1) * group && t.h0 >= t.kvh * group);
+                    (t.h0..t.h1).for_each(|h| seen[h] += 1);
+                }
+                assert!(
+                    seen.iter().all(|&c| c == 1),
+                    "{n_head}/{n_head_kv}/{threads}: {seen:?}"
+                );
+            }
+        }
+    }
 }

@@ -47,7 +47,7 @@ pub(crate) fn forward_batch(
         ffn_block(ctx, &mut state.scratch, il, lw, n, trace)?;
     }
     output(ctx, &mut state.scratch, n, logit_rows, logits)?;
-    state.scratch.acts.release_gemm_copies();
+    state.scratch.release_batch_buffers(n);
     state.n_cached += n;
     Ok(())
 }
@@ -185,6 +185,7 @@ fn attention_block(
         att,
         &mut sc.kf,
         &mut sc.vf,
+        &mut sc.attn,
     )?;
     record(
         trace,

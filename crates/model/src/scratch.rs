@@ -1,10 +1,12 @@
 //! Buffers the forward pass writes into, owned by the [`crate::State`] so that decode does not
 //! allocate per token, and so that two states never share them.
 
+use crate::attention::AttnScratch;
 use crate::rope::RopeAngles;
 use statelm_gguf::GgmlType;
 use statelm_quant::{QMatrix, QuantizedActs, ThreadPool};
 use std::fmt;
+use std::sync::Mutex;
 
 /// Per-state scratch space, sized for the largest batch seen so far.
 #[derive(Default)]
@@ -35,6 +37,8 @@ pub(crate) struct Scratch {
     pub acts: ActsCache,
     /// RoPE angles for global layers and for sliding-window layers.
     pub rope: [RopeAngles; 2],
+    /// Per-task buffers of attention (kept across decode steps, freed after a prefill).
+    pub attn: Vec<Mutex<AttnScratch>>,
 }
 
 impl fmt::Debug for Scratch {
@@ -60,7 +64,22 @@ impl Scratch {
             &self.x, &self.xb, &self.xb2, &self.q, &self.k, &self.v, &self.att, &self.hb,
             &self.hb2, &self.kf, &self.vf,
         ];
-        f.iter().map(|v| v.capacity() * 4).sum::<usize>() + self.acts.bytes()
+        let attn: usize = self
+            .attn
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).bytes())
+            .sum();
+        f.iter().map(|v| v.capacity() * 4).sum::<usize>() + self.acts.bytes() + attn
+    }
+
+    /// Frees what only a prefill-sized batch needs (its attention buffers grow with
+    /// `batch × cells`, and the GEMM path's f32 activation copies): transient memory of the
+    /// forward pass, not State memory. Decode-sized batches keep theirs, so decode reuses them.
+    pub fn release_batch_buffers(&mut self, n_tokens: usize) {
+        self.acts.release_gemm_copies();
+        if n_tokens >= statelm_quant::GEMM_MIN_VECS {
+            self.attn = Vec::new();
+        }
     }
 }
 

@@ -65,9 +65,12 @@ fn synthetic_models_stateful_equals_stateless() {
 fn sliding_window_ring_matches_unwrapped_cache() {
     // ubatch 2: the window-8 layers keep a 10-cell ring that wraps many times.
     // ubatch 512: the ring is as large as the state, so only the mask applies.
+    // 30 tokens keep both runs below the GEMM threshold (32): the same projection kernels, so
+    // only the cells' order differs. (Across the threshold, f32 summation order flips an
+    // activation's 8-bit rounding now and then: ~1e-2 on this tiny model.)
     let (_d1, small) = synthetic(Arch::Gemma3, 2);
     let (_d2, large) = synthetic(Arch::Gemma3, 512);
-    let toks = prompt(40);
+    let toks = prompt(30);
     let opts = StateOptions {
         capacity: 64,
         kv_type: KvType::F32,
@@ -76,7 +79,8 @@ fn sliding_window_ring_matches_unwrapped_cache() {
     let mut s2 = large.new_state_with(opts).unwrap();
     let a = small.forward(&mut s1, &toks).unwrap();
     let b = large.forward(&mut s2, &toks).unwrap();
-    assert!(max_diff(a.last(), b.last()) < 1e-3);
+    let d = max_diff(a.last(), b.last());
+    assert!(d < 1e-4, "ring vs unwrapped cache: {d}");
     assert!(
         s1.kv_bytes() < s2.kv_bytes(),
         "the ring must hold less than the full cache"

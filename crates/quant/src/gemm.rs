@@ -140,6 +140,24 @@ impl Kernels {
         c: &mut [f32],
         ldc: usize,
     ) -> Result<(), QuantError> {
+        self.gemm_f32_with(m, n, kd, a, lda, b, c, ldc, &mut Vec::new())
+    }
+
+    /// [`Kernels::gemm_f32`] packing into `panels` (grown as needed, never shrunk), so that a
+    /// caller in a hot loop does not allocate.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_f32_with(
+        &self,
+        m: usize,
+        n: usize,
+        kd: usize,
+        a: &[f32],
+        lda: usize,
+        b: BMatrix<'_>,
+        c: &mut [f32],
+        ldc: usize,
+        panels: &mut Vec<f32>,
+    ) -> Result<(), QuantError> {
         if m == 0 || n == 0 {
             return Ok(());
         }
@@ -165,11 +183,11 @@ impl Kernels {
             BMatrix::Rows { data, .. } | BMatrix::Cols { data, .. } => data.len(),
         };
         check_min("gemm_f32 b", need, b_len)?;
-        let mut pack = |k0: usize, kc: usize, panels: &mut [f32]| {
-            panels.fill(0.0);
-            let at = |j: usize, k: usize| {
-                j / PANEL_ROWS * KC * PANEL_ROWS + k * PANEL_ROWS + j % PANEL_ROWS
-            };
+        let mut pack = |k0: usize, kc: usize, panel_len: usize, panels: &mut [f32]| {
+            // Columns past `n` in the last panel are computed but never stored: any finite
+            // value will do, and they keep whatever an earlier call left.
+            let at =
+                |j: usize, k: usize| j / PANEL_ROWS * panel_len + k * PANEL_ROWS + j % PANEL_ROWS;
             match b {
                 BMatrix::Rows { data, stride } => {
                     for j in 0..n {
@@ -199,7 +217,7 @@ impl Kernels {
         };
         let shape = Shape { m, n, kd, lda };
         // SAFETY: the kernel comes from this table (it runs on this CPU).
-        unsafe { gemm_core(self.panel_fn(), &shape, a, &mut pack, &mut store) };
+        unsafe { gemm_core(self.panel_fn(), &shape, a, &mut pack, &mut store, panels) };
         Ok(())
     }
 }
@@ -216,8 +234,9 @@ fn check_min(what: &'static str, needed: usize, got: usize) -> Result<(), QuantE
     Ok(())
 }
 
-/// Fills the panels of every output column for reduction slice `k0..k0 + kc`.
-type PackFn<'a> = dyn FnMut(usize, usize, &mut [f32]) + 'a;
+/// Fills the panels of every output column for reduction slice `k0..k0 + kc`; each panel is
+/// `panel_len` floats (`min(KC, kd) * PANEL_ROWS`).
+type PackFn<'a> = dyn FnMut(usize, usize, usize, &mut [f32]) + 'a;
 /// Receives `values` for row `t`, output columns `j0..`, and whether this is
 /// the first reduction slice (assign) or a later one (add).
 type StoreFn<'a> = dyn FnMut(usize, usize, &[f32], bool) + 'a;
@@ -232,10 +251,10 @@ struct Shape {
 }
 
 /// The blocked loop shared by every GEMM here: per [`KC`]-slice of the
-/// reduction, `pack(k0, kc, panels)` fills the panels of all `n` output
-/// columns, then each tile of [`TILE_TOKENS`] rows of `a` runs the
+/// reduction, `pack(k0, kc, panel_len, panels)` fills the panels of all `n`
+/// output columns, then each tile of [`TILE_TOKENS`] rows of `a` runs the
 /// micro-kernel on every panel and hands the sums to `store(t, j0, values,
-/// first_slice)`.
+/// first_slice)`. `panels` is grown to fit and reused.
 ///
 /// # Safety
 /// `kernel` must run on this CPU.
@@ -245,18 +264,23 @@ unsafe fn gemm_core(
     a: &[f32],
     pack: &mut PackFn<'_>,
     store: &mut StoreFn<'_>,
+    panels: &mut Vec<f32>,
 ) {
     let n_panels = s.n.div_ceil(PANEL_ROWS);
-    let mut panels = vec![0f32; n_panels * KC * PANEL_ROWS];
+    let panel_len = KC.min(s.kd) * PANEL_ROWS;
+    if panels.len() < n_panels * panel_len {
+        panels.resize(n_panels * panel_len, 0.0);
+    }
+    let panels = &mut panels[..n_panels * panel_len];
     let mut acc = [[0f32; PANEL_ROWS]; TILE_TOKENS];
     for k0 in (0..s.kd).step_by(KC) {
         let kc = KC.min(s.kd - k0);
-        pack(k0, kc, &mut panels);
+        pack(k0, kc, panel_len, panels);
         for t0 in (0..s.m).step_by(TILE_TOKENS) {
             let m = TILE_TOKENS.min(s.m - t0);
             let xs = &a[t0 * s.lda + k0..];
             for p in 0..n_panels {
-                let panel = &panels[p * KC * PANEL_ROWS..][..kc * PANEL_ROWS];
+                let panel = &panels[p * panel_len..][..kc * PANEL_ROWS];
                 // SAFETY: the kernel runs on this CPU (caller); it checks lengths.
                 unsafe { kernel(m, kc, xs, s.lda, panel, &mut acc) };
                 let j0 = p * PANEL_ROWS;
@@ -282,7 +306,14 @@ impl Chunk<'_, '_> {
     /// (rows past the matrix are zero): [`PANEL_ROWS`] rows at a time into
     /// `rows_buf` (`PANEL_ROWS * KC` floats), then interleaved column by
     /// column so the panel is written sequentially.
-    fn pack(&self, k0: usize, kc: usize, rows_buf: &mut [f32], panels: &mut [f32]) {
+    fn pack(
+        &self,
+        k0: usize,
+        kc: usize,
+        panel_len: usize,
+        rows_buf: &mut [f32],
+        panels: &mut [f32],
+    ) {
         let (ty, bs, bb) = (
             self.w.ty(),
             self.w.ty().block_size(),
@@ -290,7 +321,7 @@ impl Chunk<'_, '_> {
         );
         let bytes = k0 / bs * bb..(k0 + kc) / bs * bb;
         let groups = self.rows.clone().step_by(PANEL_ROWS);
-        for (g0, panel) in groups.zip(panels.chunks_exact_mut(KC * PANEL_ROWS)) {
+        for (g0, panel) in groups.zip(panels.chunks_exact_mut(panel_len)) {
             let group = g0..(g0 + PANEL_ROWS).min(self.rows.end);
             rows_buf.fill(0.0);
             for (r, buf) in group.zip(rows_buf.chunks_exact_mut(KC)) {
@@ -317,8 +348,8 @@ impl Chunk<'_, '_> {
     unsafe fn run(&self, kernel: crate::kernels::PanelFn, out: &OutPtr) {
         let (rows, r0) = (self.w.rows(), self.rows.start);
         let mut rows_buf = vec![0f32; PANEL_ROWS * KC];
-        let mut pack = |k0: usize, kc: usize, panels: &mut [f32]| {
-            self.pack(k0, kc, &mut rows_buf, panels);
+        let mut pack = |k0: usize, kc: usize, panel_len: usize, panels: &mut [f32]| {
+            self.pack(k0, kc, panel_len, &mut rows_buf, panels);
         };
         let mut store = |t: usize, j0: usize, v: &[f32], first: bool| {
             // SAFETY: t < n and rows r0 + j0 .. r0 + j0 + v.len() belong to this
@@ -340,6 +371,15 @@ impl Chunk<'_, '_> {
             lda: self.w.cols(),
         };
         // SAFETY: the kernel runs on this CPU (caller).
-        unsafe { gemm_core(kernel, &shape, self.x, &mut pack, &mut store) };
+        unsafe {
+            gemm_core(
+                kernel,
+                &shape,
+                self.x,
+                &mut pack,
+                &mut store,
+                &mut Vec::new(),
+            )
+        };
     }
 }

@@ -176,3 +176,34 @@ fn gemm_bad_shapes_are_typed_errors() {
     ));
     k.matmul_f32(&pool, &w, &x[..0], 0, &mut y[..0]).unwrap();
 }
+
+/// A panel buffer reused across calls of other shapes (stale values in its padding) gives the
+/// same bits as a fresh one.
+#[test]
+fn reused_panel_buffer_gives_the_same_bits() {
+    let mut rng = Rng(11);
+    let mut panels = Vec::new();
+    for (m, n, kd) in [
+        (7, 300, 64),
+        (3, 5, 520),
+        (1, 17, 256),
+        (40, 33, 9),
+        (2, 256, 300),
+    ] {
+        let (a, b) = (rng.vec(m * kd), rng.vec(n * kd));
+        for kernels in [&Kernels::scalar(), Kernels::global()] {
+            let rows = BMatrix::Rows {
+                data: &b,
+                stride: kd,
+            };
+            let (mut fresh, mut reused) = (vec![0f32; m * n], vec![0f32; m * n]);
+            kernels
+                .gemm_f32(m, n, kd, &a, kd, rows, &mut fresh, n)
+                .unwrap();
+            kernels
+                .gemm_f32_with(m, n, kd, &a, kd, rows, &mut reused, n, &mut panels)
+                .unwrap();
+            assert_eq!(fresh, reused, "{m}x{n}x{kd}");
+        }
+    }
+}
