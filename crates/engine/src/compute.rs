@@ -14,7 +14,7 @@ use crate::plan::{plan_reuse, Feed, ReusePlan};
 use crate::session::Session;
 use crate::stop::StopOutcome;
 use crate::text;
-use statelm_model::{ForwardOptions, LogitsMode, ModelError, State};
+use statelm_model::{ForwardOptions, Logits, LogitsMode, ModelError, State};
 use std::time::{Duration, Instant};
 
 /// What a step leads to.
@@ -237,7 +237,8 @@ fn prefill(
     let last = chunk.len() == feed.remaining();
     let want_logits = last && (job.prompt_done || job.max_tokens > 0);
     let before = state.len();
-    let result = core.model.forward_with(
+    let mut logits = std::mem::take(&mut job.logits);
+    let result = core.model.forward_into(
         state,
         chunk,
         ForwardOptions {
@@ -249,22 +250,25 @@ fn prefill(
             trace: None,
             cancel: Some(&job.cancel),
         },
+        &mut logits,
     );
     feed.advance(state.len().saturating_sub(before));
     s.evaluated = feed.evaluated();
-    let logits = match result {
-        Ok(l) => l,
+    match result {
+        Ok(()) => {}
         Err(ModelError::Cancelled) => return Ok(Next::Stop(StopReason::Cancelled)),
         Err(e) => return Err(e.into()),
     };
     if feed.remaining() > 0 {
+        job.logits = logits;
         return Ok(Next::Continue(Phase::Prefill(feed)));
     }
     job.prompt_done = true;
     if !want_logits {
+        job.logits = logits;
         return Ok(Next::Stop(StopReason::MaxTokens));
     }
-    Ok(Next::Continue(Phase::Decode(logits.into_vec())))
+    Ok(Next::Continue(Phase::Decode(logits)))
 }
 
 /// Samples one token, streams it, checks the stop rules, and feeds it.
@@ -272,10 +276,11 @@ fn decode(
     job: &mut Job,
     s: &mut Session,
     core: &mut Core,
-    mut logits: Vec<f32>,
+    mut logits: Logits,
 ) -> Result<Next, EngineError> {
     let n = job.sampler.params().penalty_last_n;
-    let id = job.sampler.sample(&mut logits, s.recent(n));
+    let id = job.sampler.sample(logits.last_mut(), s.recent(n));
+    job.logits = logits;
     let model = core.model.clone();
     let tok = model.tokenizer();
     if tok.is_eog(id) {

@@ -7,6 +7,7 @@ use crate::plan::Feed;
 use crate::request::{GenerateRequest, Input};
 use crate::sampling::Sampler;
 use crate::stop::StopMatcher;
+use statelm_model::Logits;
 use statelm_tokenizer::StreamingDetokenizer;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +26,7 @@ pub(crate) enum Phase {
     /// Feeding tokens to the State (the prompt, a re-prefill, or the last sampled token).
     Prefill(Feed),
     /// Logits of the last token are ready: sample the next one.
-    Decode(Vec<f32>),
+    Decode(Logits),
     /// Finished; only its queued events remain to be delivered.
     Finished,
 }
@@ -42,6 +43,9 @@ pub(crate) struct Job {
     outbox: VecDeque<Result<Event, EngineError>>,
     /// Where it is.
     pub phase: Phase,
+    /// The logits buffer, reused by every forward call of this job (it is n_vocab floats:
+    /// 1 MiB for Gemma 3).
+    pub logits: Logits,
     /// The request's input (taken at the start).
     pub input: Option<Input>,
     /// Picks tokens.
@@ -83,6 +87,7 @@ impl Job {
             tx,
             outbox: VecDeque::new(),
             phase: Phase::Start,
+            logits: Logits::default(),
             input: Some(req.input),
             sampler: Sampler::new(req.sampling),
             stop: StopMatcher::new(&req.stop),

@@ -28,12 +28,12 @@ pub(crate) struct BatchCtx<'a> {
 }
 
 /// Runs `tokens` (positions `state.n_cached..`) through the decoder, appending their keys and
-/// values to the cache. Returns the logits of the batch rows `logit_rows` (ascending indices).
+/// values to the cache. Appends the logits of the batch rows `logit_rows` to `logits`.
 pub(crate) fn forward_batch(
     ctx: &BatchCtx<'_>,
     state: &mut State,
     tokens: &[u32],
-    logit_rows: &[usize],
+    logit_rows: std::ops::Range<usize>,
     logits: &mut Vec<f32>,
     trace: &mut Option<&mut dyn Trace>,
 ) -> Result<(), ModelError> {
@@ -275,7 +275,7 @@ fn output(
     ctx: &BatchCtx<'_>,
     sc: &mut Scratch,
     n: usize,
-    rows: &[usize],
+    rows: std::ops::Range<usize>,
     logits: &mut Vec<f32>,
 ) -> Result<(), ModelError> {
     if rows.is_empty() {
@@ -284,9 +284,9 @@ fn output(
     let c = ctx.config;
     let e = c.n_embd;
     let m = rows.len();
-    debug_assert!(rows.iter().all(|&r| r < n));
+    debug_assert!(rows.end <= n);
     let xb = fit(&mut sc.xb, m * e);
-    for (o, &r) in xb.chunks_exact_mut(e).zip(rows) {
+    for (o, r) in xb.chunks_exact_mut(e).zip(rows) {
         ops::rms_norm(
             o,
             &sc.x[r * e..(r + 1) * e],

@@ -57,7 +57,7 @@ pub struct ForwardOptions<'a> {
 }
 
 /// Logits of one or more positions: `rows × n_vocab`, row-major.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Logits {
     n_vocab: usize,
     data: Vec<f32>,
@@ -79,6 +79,15 @@ impl Logits {
         match self.rows() {
             0 => &[],
             r => self.row(r - 1),
+        }
+    }
+
+    /// The last row, mutable (samplers work in place; empty when no logits were requested).
+    pub fn last_mut(&mut self) -> &mut [f32] {
+        let rows = self.rows();
+        match rows {
+            0 => &mut [],
+            r => &mut self.data[(r - 1) * self.n_vocab..r * self.n_vocab],
         }
     }
 
@@ -205,6 +214,20 @@ impl Model {
         tokens: &[u32],
         opts: ForwardOptions<'_>,
     ) -> Result<Logits, ModelError> {
+        let mut logits = Logits::default();
+        self.forward_into(state, tokens, opts, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Model::forward_with`] writing into `logits` (its allocation is reused): a decode
+    /// loop that keeps one [`Logits`] allocates nothing once warm.
+    pub fn forward_into(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        opts: ForwardOptions<'_>,
+        logits: &mut Logits,
+    ) -> Result<(), ModelError> {
         self.check_input(state, tokens)?;
         let mode = opts.logits.unwrap_or(LogitsMode::Last);
         let want = match mode {
@@ -222,26 +245,30 @@ impl Model {
             weights: &self.weights,
             pool: &pool,
         };
-        let mut logits = Vec::with_capacity(want * self.config.n_vocab);
+        logits.n_vocab = self.config.n_vocab;
+        logits.data.clear();
         let mut trace = opts.trace;
-        while state.n_cached < total {
-            if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                state.tokens.truncate(state.n_cached);
-                return Err(ModelError::Cancelled);
+        // The token history is moved out while the batches run (they borrow the state
+        // mutably and only read the history), and back in afterwards.
+        let history = std::mem::take(&mut state.tokens);
+        let result = (|| {
+            while state.n_cached < total {
+                if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                    return Err(ModelError::Cancelled);
+                }
+                let start = state.n_cached;
+                let end = (start + self.ubatch).min(total);
+                let rows = start.max(first_logit) - start..end - start;
+                let batch = &history[start..end];
+                forward_batch(&ctx, state, batch, rows, &mut logits.data, &mut trace)?;
             }
-            let start = state.n_cached;
-            let end = (start + self.ubatch).min(total);
-            let batch: Vec<u32> = state.tokens[start..end].to_vec();
-            let rows: Vec<usize> = (start.max(first_logit)..end).map(|i| i - start).collect();
-            if let Err(e) = forward_batch(&ctx, state, &batch, &rows, &mut logits, &mut trace) {
-                state.tokens.truncate(state.n_cached);
-                return Err(e);
-            }
+            Ok(())
+        })();
+        state.tokens = history;
+        if result.is_err() {
+            state.tokens.truncate(state.n_cached);
         }
-        Ok(Logits {
-            n_vocab: self.config.n_vocab,
-            data: logits,
-        })
+        result
     }
 
     fn check_input(&self, state: &State, tokens: &[u32]) -> Result<(), ModelError> {
