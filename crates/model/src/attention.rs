@@ -47,6 +47,8 @@ pub(crate) struct AttnScratch {
     out: Vec<f32>,
     /// Packed key or value panels of the GEMMs.
     panels: Vec<f32>,
+    /// One key or value row as f32 (small batches).
+    row: Vec<f32>,
     /// The task's error, if its GEMM refused the shapes.
     error: Option<QuantError>,
 }
@@ -54,7 +56,14 @@ pub(crate) struct AttnScratch {
 impl AttnScratch {
     /// Bytes allocated.
     pub(crate) fn bytes(&self) -> usize {
-        let f = [&self.q, &self.st, &self.scores, &self.out, &self.panels];
+        let f = [
+            &self.q,
+            &self.st,
+            &self.scores,
+            &self.out,
+            &self.panels,
+            &self.row,
+        ];
         f.iter().map(|v| v.capacity() * 4).sum()
     }
 }
@@ -88,8 +97,11 @@ fn n_tasks(s: &AttentionShape, threads: usize) -> usize {
 /// The cache as f32 rows: cell positions, keys `[cells, Hkv·D]`, values `[cells, Hkv·Dv]`.
 struct KvView<'a> {
     pos: &'a [u32],
+    /// The whole cache as f32 (the GEMM path only; empty for small batches).
     kf: &'a [f32],
     vf: &'a [f32],
+    /// The cache itself: small batches read one row at a time from it.
+    cache: &'a LayerCache,
 }
 
 /// Attention of `n` queries `q [n, H·D]` at positions `p0..p0+n` over `cache` (which already
@@ -107,18 +119,29 @@ pub(crate) fn attend(
     vf: &mut Vec<f32>,
     tasks: &mut Vec<Mutex<AttnScratch>>,
 ) -> Result<(), QuantError> {
-    let cells = cache.used();
-    let (kd, vd) = (s.n_head_kv * s.head_dim, s.n_head_kv * s.v_head_dim);
-    let kf = fit(kf, cells * kd);
-    cache.read_all_k(kf);
-    let vf = fit(vf, cells * vd);
-    cache.read_all_v(vf);
+    let n = out.len() / (s.n_head * s.v_head_dim);
+    // The GEMM path reads the cache as two f32 matrices; small batches (decode) read it row by
+    // row into L1-sized buffers instead of converting it all on every step.
+    let (cells, kd, vd) = (
+        cache.used(),
+        s.n_head_kv * s.head_dim,
+        s.n_head_kv * s.v_head_dim,
+    );
+    let (kf, vf): (&[f32], &[f32]) = if n >= GEMM_MIN_QUERIES {
+        let kf = fit(kf, cells * kd);
+        cache.read_all_k(kf);
+        let vf = fit(vf, cells * vd);
+        cache.read_all_v(vf);
+        (kf, vf)
+    } else {
+        (&[], &[])
+    };
     let kv = KvView {
         pos: &cache.pos,
         kf,
         vf,
+        cache,
     };
-    let n = out.len() / (s.n_head * s.v_head_dim);
     let count = n_tasks(s, pool.n_threads());
     while tasks.len() < count {
         tasks.push(Mutex::default());
@@ -161,13 +184,12 @@ fn attend_task(
     t: Task,
     sc: &mut AttnScratch,
 ) -> Result<(), QuantError> {
-    let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
+    let (d, dv) = (s.head_dim, s.v_head_dim);
     let heads = t.h1 - t.h0;
     let rows = n * heads;
     if rows == 0 {
         return Ok(());
     }
-    let kernels = Kernels::global();
     // Q [rows, D]: row (tok, j) is head h0 + j of token tok.
     let qs = fit(&mut sc.q, rows * d);
     for (tok, dst) in qs.chunks_exact_mut(heads * d).enumerate() {
@@ -177,14 +199,63 @@ fn attend_task(
         attend_rows_by_dots(s, kv, p0, rows, heads, t.kvh, sc);
         return Ok(());
     }
-    // Sᵀ [cells, rows] = K_kvh · Qᵀ: the keys are read in place and only the query rows are
-    // packed.
-    let st = fit(&mut sc.st, cells * rows);
+    // Blocks of QUERY_BLOCK tokens bound the score buffers (`rows × cells`) whatever the
+    // batch; each row's arithmetic does not depend on its block.
+    let AttnScratch {
+        q: qbuf,
+        st,
+        scores,
+        out,
+        panels,
+        ..
+    } = sc;
+    let out = fit(out, rows * dv);
+    for b0 in (0..n).step_by(QUERY_BLOCK) {
+        let nb = QUERY_BLOCK.min(n - b0);
+        let (r0, rb) = (b0 * heads, nb * heads);
+        let block = Block {
+            p0: p0 + b0,
+            heads,
+            kvh: t.kvh,
+        };
+        let qs = &qbuf[r0 * d..(r0 + rb) * d];
+        let o = &mut out[r0 * dv..(r0 + rb) * dv];
+        attend_block_gemm(s, kv, &block, qs, (st, scores, panels), o)?;
+    }
+    Ok(())
+}
+
+/// Tokens per block of the GEMM path (keeps its score buffers to `64 · heads · cells` floats).
+const QUERY_BLOCK: usize = 64;
+
+/// Where a block of query rows sits: its first token's position, heads per token, kv head.
+struct Block {
+    p0: usize,
+    heads: usize,
+    kvh: usize,
+}
+
+/// The GEMM path for one block of query rows `qs [rows, D]` (token-major) into `o [rows, Dv]`:
+/// `Sᵀ = K·Qᵀ` reading the keys in place (only the queries are packed), scale and mask,
+/// softmax per row, `O = P·V`.
+fn attend_block_gemm(
+    s: &AttentionShape,
+    kv: &KvView<'_>,
+    b: &Block,
+    qs: &[f32],
+    (st, scores, panels): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<f32>),
+    o: &mut [f32],
+) -> Result<(), QuantError> {
+    let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
+    let rows = qs.len() / d;
+    let kernels = Kernels::global();
+    // Sᵀ [cells, rows] = K_kvh · Qᵀ
+    let st = fit(st, cells * rows);
     let queries = BMatrix::Rows {
         data: qs,
         stride: d,
     };
-    let keys = &kv.kf[t.kvh * d..];
+    let keys = &kv.kf[b.kvh * d..];
     kernels.gemm_f32_with(
         cells,
         rows,
@@ -194,12 +265,12 @@ fn attend_task(
         queries,
         st,
         rows,
-        &mut sc.panels,
+        panels,
     )?;
     // S [rows, cells]: scaled, invisible cells −∞, softmax per row.
-    let scores = fit(&mut sc.scores, rows * cells);
+    let scores = fit(scores, rows * cells);
     for (r, row) in scores.chunks_exact_mut(cells).enumerate() {
-        let qpos = (p0 + r / heads) as u32;
+        let qpos = (b.p0 + r / b.heads) as u32;
         for ((v, &p), st_row) in row.iter_mut().zip(kv.pos).zip(st.chunks_exact(rows)) {
             *v = if is_visible(s, qpos, p) {
                 st_row[r] * s.scale
@@ -210,27 +281,17 @@ fn attend_task(
         ops::softmax(row);
     }
     // O [rows, Dv] = P · V_kvh
-    let o = fit(&mut sc.out, rows * dv);
     let values = BMatrix::Cols {
-        data: &kv.vf[t.kvh * dv..],
+        data: &kv.vf[b.kvh * dv..],
         stride: s.n_head_kv * dv,
     };
-    kernels.gemm_f32_with(
-        rows,
-        dv,
-        cells,
-        scores,
-        cells,
-        values,
-        o,
-        dv,
-        &mut sc.panels,
-    )
+    kernels.gemm_f32_with(rows, dv, cells, scores, cells, values, o, dv, panels)
 }
 
 /// The small-batch (decode) path of [`attend_task`], on the queries already in `sc.q`: per
 /// visible cell, one dot per query row and one `axpy` of the value row per query row, cells in
-/// ascending order. Cell-outer loops keep each key and value row in L1 for all the rows; each
+/// ascending order. Each key and value row is read from the cache (converted from its storage
+/// type) once into an L1-sized buffer for all the rows — no whole-cache f32 copy per step; each
 /// row's arithmetic is the same whatever the batch, so a small batch equals decode bit for bit.
 fn attend_rows_by_dots(
     s: &AttentionShape,
@@ -242,24 +303,39 @@ fn attend_rows_by_dots(
     sc: &mut AttnScratch,
 ) {
     let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
-    let (kd, vd) = (s.n_head_kv * d, s.n_head_kv * dv);
     let kernels = Kernels::global();
-    let scores = fit(&mut sc.scores, rows * cells);
+    let AttnScratch {
+        q,
+        scores,
+        out,
+        row,
+        ..
+    } = sc;
+    let scores = fit(scores, rows * cells);
+    let queries = &q[..rows * d];
+    let key = fit(row, d);
     for (c, &p) in kv.pos.iter().enumerate() {
-        let key = &kv.kf[c * kd + kvh * d..][..d];
-        for (r, q) in sc.q[..rows * d].chunks_exact(d).enumerate() {
-            scores[r * cells + c] = if is_visible(s, (p0 + r / heads) as u32, p) {
-                kernels.dot_f32(q, key) * s.scale
+        let visible = |r: usize| is_visible(s, (p0 + r / heads) as u32, p);
+        if (0..rows).any(visible) {
+            kv.cache.read_k(c, kvh * d, key);
+        }
+        for (r, qr) in queries.chunks_exact(d).enumerate() {
+            scores[r * cells + c] = if visible(r) {
+                kernels.dot_f32(qr, key) * s.scale
             } else {
                 f32::NEG_INFINITY
             };
         }
     }
     scores.chunks_exact_mut(cells).for_each(ops::softmax);
-    let o = fit(&mut sc.out, rows * dv);
+    let o = fit(out, rows * dv);
     o.fill(0.0);
     for c in 0..cells {
-        let value = &kv.vf[c * vd + kvh * dv..][..dv];
+        if (0..rows).all(|r| scores[r * cells + c] == 0.0) {
+            continue;
+        }
+        let value = fit(row, dv);
+        kv.cache.read_v(c, kvh * dv, value);
         for (r, out) in o.chunks_exact_mut(dv).enumerate() {
             let w = scores[r * cells + c];
             if w != 0.0 {
@@ -318,38 +394,41 @@ mod tests {
 
     #[test]
     fn both_paths_match_naive_attention_on_a_wrapped_ring() {
+        // Head sizes of 32 so that the Q8_0 cache reads whole blocks per head.
         let s = AttentionShape {
             n_head: 4,
             n_head_kv: 2,
-            head_dim: 24,
-            v_head_dim: 20,
+            head_dim: 32,
+            v_head_dim: 32,
             scale: 0.3,
             window: Some(8),
         };
         let pool = ThreadPool::new(2);
-        // A 48-cell ring: the batches of 33 and 40 take the GEMM path, the others the dots.
-        let mut cache = LayerCache::new(KvType::F32, 2 * 24, 2 * 20, 48);
         let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
-        let (mut kf, mut vf, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
-        let mut p0 = 0;
-        for n in [3usize, 2, 1, 33, 4, 2, 1, 40, 1, 3] {
-            for t in 0..n {
-                let p = p0 + t;
-                let k: Vec<f32> = (0..48).map(|i| val(p * 100 + i)).collect();
-                let v: Vec<f32> = (0..40).map(|i| val(p * 100 + 50 + i)).collect();
-                cache.push(p as u32, &k, &v);
+        for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
+            // A 48-cell ring: the batches of 33 and 40 take the GEMM path, the others the dots.
+            let mut cache = LayerCache::new(ty, 64, 64, 48);
+            let (mut kf, mut vf, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
+            let mut p0 = 0;
+            for n in [3usize, 2, 1, 33, 4, 2, 1, 40, 1, 3] {
+                for t in 0..n {
+                    let p = p0 + t;
+                    let k: Vec<f32> = (0..64).map(|i| val(p * 100 + i)).collect();
+                    let v: Vec<f32> = (0..64).map(|i| val(p * 100 + 50 + i)).collect();
+                    cache.push(p as u32, &k, &v);
+                }
+                let q: Vec<f32> = (0..n * 4 * 32).map(|i| val(p0 * 1000 + i + 7)).collect();
+                let mut out = vec![0f32; n * 4 * 32];
+                attend(
+                    &pool, &s, &cache, &q, p0, &mut out, &mut kf, &mut vf, &mut tasks,
+                )
+                .unwrap();
+                let want = naive(&s, &cache, &q, p0, n);
+                for (a, b) in out.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-5, "{ty:?} p0 {p0} n {n}: {a} vs {b}");
+                }
+                p0 += n;
             }
-            let q: Vec<f32> = (0..n * 4 * 24).map(|i| val(p0 * 1000 + i + 7)).collect();
-            let mut out = vec![0f32; n * 4 * 20];
-            attend(
-                &pool, &s, &cache, &q, p0, &mut out, &mut kf, &mut vf, &mut tasks,
-            )
-            .unwrap();
-            let want = naive(&s, &cache, &q, p0, n);
-            for (a, b) in out.iter().zip(&want) {
-                assert!((a - b).abs() < 1e-5, "p0 {p0} n {n}: {a} vs {b}");
-            }
-            p0 += n;
         }
     }
 

@@ -363,6 +363,11 @@ impl LayerCache {
         self.k.read(cell, start, out);
     }
 
+    /// Values of cell `cell` for elements `[start, start + out.len())`, as f32.
+    pub(crate) fn read_v(&self, cell: usize, start: usize, out: &mut [f32]) {
+        self.v.read(cell, start, out);
+    }
+
     /// All used keys as f32, `[cell][k_dim]`, into `out`.
     pub(crate) fn read_all_k(&self, out: &mut [f32]) {
         self.k.read_cells(self.used(), out);
