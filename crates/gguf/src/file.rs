@@ -107,6 +107,21 @@ impl GgufFile {
         &self.header.metadata
     }
 
+    /// Frees the memory of the values of `keys` (absent keys are ignored): each becomes an empty
+    /// value of its type — an empty array or string — under the same key. For large arrays a
+    /// consumer has already indexed (a tokenizer's vocabulary is ~16 MiB of strings for a 262 K
+    /// vocabulary), so a long-lived holder of the file does not keep a second copy.
+    pub fn release_values(&mut self, keys: &[&str]) {
+        for key in keys {
+            let Some(&i) = self.header.key_index.get(*key) else {
+                continue;
+            };
+            if let Some((_, v)) = self.header.metadata.get_mut(i) {
+                *v = v.emptied();
+            }
+        }
+    }
+
     /// The value of a metadata key.
     pub fn get(&self, key: &str) -> Option<&Value> {
         let i = *self.header.key_index.get(key)?;

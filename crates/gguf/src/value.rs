@@ -83,6 +83,16 @@ pub enum Array {
 }
 
 impl Value {
+    /// An empty value of the same type: an empty string or array (element type kept); scalars
+    /// are returned as they are.
+    pub(crate) fn emptied(&self) -> Value {
+        match self {
+            Value::String(_) => Value::String(String::new()),
+            Value::Array(a) => Value::Array(a.emptied()),
+            other => other.clone(),
+        }
+    }
+
     /// The GGUF value type id.
     pub(crate) fn type_id(&self) -> u32 {
         match self {
@@ -182,6 +192,25 @@ impl Value {
 }
 
 impl Array {
+    /// An empty array of the same element type.
+    pub(crate) fn emptied(&self) -> Array {
+        match self {
+            Array::U8(_) => Array::U8(Vec::new()),
+            Array::I8(_) => Array::I8(Vec::new()),
+            Array::U16(_) => Array::U16(Vec::new()),
+            Array::I16(_) => Array::I16(Vec::new()),
+            Array::U32(_) => Array::U32(Vec::new()),
+            Array::I32(_) => Array::I32(Vec::new()),
+            Array::U64(_) => Array::U64(Vec::new()),
+            Array::I64(_) => Array::I64(Vec::new()),
+            Array::F32(_) => Array::F32(Vec::new()),
+            Array::F64(_) => Array::F64(Vec::new()),
+            Array::Bool(_) => Array::Bool(Vec::new()),
+            Array::String(_) => Array::String(Vec::new()),
+            Array::Array(_) => Array::Array(Vec::new()),
+        }
+    }
+
     /// The GGUF value type id of the elements.
     pub(crate) fn elem_type_id(&self) -> u32 {
         match self {

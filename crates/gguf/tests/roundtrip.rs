@@ -453,3 +453,30 @@ proptest! {
         prop_assert_eq!(f.metadata(), want.as_slice());
     }
 }
+
+#[test]
+fn released_values_become_empty_values_of_their_type() {
+    let mut w = GgufWriter::new();
+    for (k, v) in every_value() {
+        w.set(k, v);
+    }
+    let mut f = round_trip(&w);
+    let keys: Vec<String> = every_value().into_iter().map(|(k, _)| k).collect();
+    let refs: Vec<&str> = keys
+        .iter()
+        .map(String::as_str)
+        .chain(["absent.key"])
+        .collect();
+    f.release_values(&refs);
+    for (k, v) in every_value() {
+        let got = f.get(&k).unwrap();
+        match (&v, got) {
+            (Value::String(_), Value::String(s)) => assert!(s.is_empty(), "{k}"),
+            (Value::Array(a), Value::Array(b)) => {
+                assert_eq!(std::mem::discriminant(a), std::mem::discriminant(b), "{k}");
+                assert_eq!(b.len(), 0, "{k}");
+            }
+            (a, b) => assert_eq!(a, b, "{k}: scalars are kept"),
+        }
+    }
+}

@@ -97,6 +97,14 @@ impl Logits {
     }
 }
 
+/// Metadata arrays the tokenizer indexes at load and the model then releases.
+const TOKENIZER_ARRAYS: [&str; 4] = [
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+];
+
 /// A loaded model: immutable and `Send + Sync`; share it as `Arc<Model>`.
 pub struct Model {
     file: GgufFile,
@@ -131,16 +139,19 @@ impl Model {
     }
 
     /// Builds a model from an opened GGUF file.
-    pub fn from_gguf(file: GgufFile, opts: &LoadOptions) -> Result<Model, ModelError> {
+    pub fn from_gguf(mut file: GgufFile, opts: &LoadOptions) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
         let weights = Weights::load(&file, &config)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
+        let fingerprint = fingerprint(&file);
+        // The tokenizer has indexed these; the model does not keep a second copy (~16 MiB of
+        // strings for Gemma 3's 262 K vocabulary).
+        file.release_values(&TOKENIZER_ARRAYS);
         let n_threads = if opts.threads == 0 {
             default_threads()
         } else {
             opts.threads
         };
-        let fingerprint = fingerprint(&file);
         Ok(Model {
             config: Arc::new(config),
             weights,
@@ -163,7 +174,9 @@ impl Model {
         &self.tokenizer
     }
 
-    /// The GGUF file (metadata, tensor index).
+    /// The GGUF file (metadata, tensor index). The tokenizer's arrays (tokens, scores, token
+    /// types, merges) are released once the tokenizer is built: they read as empty here; use
+    /// [`Model::tokenizer`], or open the file again for the raw arrays.
     pub fn gguf(&self) -> &GgufFile {
         &self.file
     }
