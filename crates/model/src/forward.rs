@@ -85,6 +85,27 @@ fn project(
     Ok(())
 }
 
+/// `y_j[n, rows_j] = x[n, cols] · w_jᵀ` for matrices sharing the input `x` (one pool dispatch
+/// for a decode step; see `ActsCache::project_many`).
+fn project_many<const N: usize>(
+    ctx: &BatchCtx<'_>,
+    sc: &mut crate::scratch::ActsCache,
+    ws: [&TensorRef; N],
+    x: &[f32],
+    n: usize,
+    ys: [&mut Vec<f32>; N],
+) -> Result<(), ModelError> {
+    let mats = ws.map(|w| w.matrix(ctx.file));
+    let mut i = 0;
+    let jobs = ys.map(|y| {
+        let w = &mats[i];
+        i += 1;
+        (w, fit(y, n * w.rows()))
+    });
+    sc.project_many(ctx.pool, jobs, x, n)?;
+    Ok(())
+}
+
 fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(b.len()) {
@@ -114,9 +135,14 @@ fn attention_block(
     record(trace, Some(il), "attn_norm", n, &sc.xb[..n * e]);
     // q = h·Wqᵀ [n, H·D], k = h·Wkᵀ [n, Hkv·D], v = h·Wvᵀ [n, Hkv·D]
     sc.acts.invalidate();
-    project(ctx, &mut sc.acts, &lw.wq, &sc.xb[..n * e], n, &mut sc.q)?;
-    project(ctx, &mut sc.acts, &lw.wk, &sc.xb[..n * e], n, &mut sc.k)?;
-    project(ctx, &mut sc.acts, &lw.wv, &sc.xb[..n * e], n, &mut sc.v)?;
+    project_many(
+        ctx,
+        &mut sc.acts,
+        [&lw.wq, &lw.wk, &lw.wv],
+        &sc.xb[..n * e],
+        n,
+        [&mut sc.q, &mut sc.k, &mut sc.v],
+    )?;
     let (q, k, v) = (
         &mut sc.q[..n * c.q_dim()],
         &mut sc.k[..n * c.k_dim()],
@@ -227,15 +253,14 @@ fn ffn_block(
     record(trace, Some(il), "ffn_norm", n, &sc.xb[..n * e]);
     // gate, up: [n, F]
     sc.acts.invalidate();
-    project(
+    project_many(
         ctx,
         &mut sc.acts,
-        &lw.w_gate,
+        [&lw.w_gate, &lw.w_up],
         &sc.xb[..n * e],
         n,
-        &mut sc.hb,
+        [&mut sc.hb, &mut sc.hb2],
     )?;
-    project(ctx, &mut sc.acts, &lw.w_up, &sc.xb[..n * e], n, &mut sc.hb2)?;
     let act = match c.ffn_activation {
         FfnActivation::Silu => ops::silu,
         FfnActivation::GeluTanh => ops::gelu_tanh_f16,

@@ -125,19 +125,13 @@ impl ActsCache {
             .sum()
     }
 
-    /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
-    /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
-    /// batches then take the integer kernels; batches of at least
-    /// [`statelm_quant::GEMM_MIN_VECS`] take the f32 GEMM over the dequantized copy — the same
-    /// products, summed in another order, several times faster.
-    pub fn project(
+    /// The entry holding `x` quantized for `w`'s vec-dot type, quantized now unless fresh.
+    fn quantized_for(
         &mut self,
-        pool: &ThreadPool,
         w: &QMatrix<'_>,
         x: &[f32],
         n: usize,
-        y: &mut [f32],
-    ) -> Result<(), statelm_quant::QuantError> {
+    ) -> Result<usize, statelm_quant::QuantError> {
         let ty = statelm_quant::vec_dot_type(w.ty());
         let idx = match self.entries.iter().position(|e| e.ty == ty) {
             Some(i) => i,
@@ -156,6 +150,53 @@ impl ActsCache {
             e.quantized.quantize(ty, x, n, w.cols())?;
             e.fresh.0 = true;
         }
+        Ok(idx)
+    }
+
+    /// [`ActsCache::project`] for several matrices that share the input `x` (q/k/v, gate/up):
+    /// a decode step (`n == 1`) runs them as one pool dispatch (one join instead of `N`);
+    /// larger batches run them one after another. Each output is what `project` writes.
+    pub fn project_many<const N: usize>(
+        &mut self,
+        pool: &ThreadPool,
+        jobs: [(&QMatrix<'_>, &mut [f32]); N],
+        x: &[f32],
+        n: usize,
+    ) -> Result<(), statelm_quant::QuantError> {
+        if n != 1 {
+            for (w, y) in jobs {
+                self.project(pool, w, x, n, y)?;
+            }
+            return Ok(());
+        }
+        let mut idx = [0; N];
+        for (i, (w, _)) in idx.iter_mut().zip(&jobs) {
+            *i = self.quantized_for(w, x, n)?;
+        }
+        let mut k = 0;
+        let jobs = jobs.map(|(w, y)| {
+            let acts = &self.entries[idx[k]].quantized;
+            k += 1;
+            statelm_quant::MatvecJob { w, acts, y }
+        });
+        statelm_quant::Kernels::global().matvec_many(pool, jobs)
+    }
+
+    /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
+    /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
+    /// batches then take the integer kernels; batches of at least
+    /// [`statelm_quant::GEMM_MIN_VECS`] take the f32 GEMM over the dequantized copy — the same
+    /// products, summed in another order, several times faster.
+    pub fn project(
+        &mut self,
+        pool: &ThreadPool,
+        w: &QMatrix<'_>,
+        x: &[f32],
+        n: usize,
+        y: &mut [f32],
+    ) -> Result<(), statelm_quant::QuantError> {
+        let idx = self.quantized_for(w, x, n)?;
+        let e = &mut self.entries[idx];
         let kernels = statelm_quant::Kernels::global();
         if n >= statelm_quant::GEMM_MIN_VECS && kernels.prefers_f32_gemm() {
             let xq = fit(&mut e.dequantized, n * w.cols());

@@ -55,6 +55,16 @@ pub fn matvec_f32(
     matvec(pool, w, &acts, y)
 }
 
+/// One product of [`Kernels::matvec_many`]: `y[r] = w_r · x` for the single vector in `acts`.
+pub struct MatvecJob<'a, 'w> {
+    /// The weights.
+    pub w: &'a QMatrix<'w>,
+    /// The activation vector, quantized for `w`'s vec-dot type.
+    pub acts: &'a QuantizedActs,
+    /// The output, `w.rows()` long.
+    pub y: &'a mut [f32],
+}
+
 /// Rows per chunk for `rows` rows on `threads` threads.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
     if threads <= 1 {
@@ -116,6 +126,51 @@ impl Kernels {
                 // SAFETY: the table's kernels run on this CPU; row and vector
                 // lengths were checked by QMatrix::new and prepare().
                 *yr = unsafe { dot(cols, w.row(r), x) };
+            }
+        });
+        Ok(())
+    }
+
+    /// Several matrix-vector products over one activation vector each, in one pool dispatch
+    /// (the q/k/v or gate/up projections of a decode step): the chunks of all `N` matrices
+    /// are one task list, so the threads join once instead of `N` times. Each output is what
+    /// [`Kernels::matvec`] writes.
+    pub fn matvec_many<const N: usize>(
+        &self,
+        pool: &ThreadPool,
+        jobs: [MatvecJob<'_, '_>; N],
+    ) -> Result<(), QuantError> {
+        let threads = pool.n_threads();
+        let mut plans = [None; N];
+        for (plan, job) in plans.iter_mut().zip(&jobs) {
+            let dot = self.prepare(job.w, job.acts)?;
+            check_len("activation vectors (matvec needs 1)", 1, job.acts.n())?;
+            check_len("matvec output (rows)", job.w.rows(), job.y.len())?;
+            let chunk = chunk_rows(job.w.rows(), threads);
+            *plan = Some((dot, chunk, job.w.rows().div_ceil(chunk)));
+        }
+        let plans = plans.map(|p| p.expect("every plan is set above"));
+        // Each output becomes a raw pointer from its own `&mut` (which the job gives up).
+        let jobs = jobs.map(|j| (j.w, j.acts, OutPtr::new(j.y)));
+        let total: usize = plans.iter().map(|p| p.2).sum();
+        pool.run(total, &|mut t| {
+            let mut j = 0;
+            while t >= plans[j].2 {
+                t -= plans[j].2;
+                j += 1;
+            }
+            let (dot, chunk, _) = plans[j];
+            let (w, acts, out) = &jobs[j];
+            let x = acts.vector(0);
+            let r0 = t * chunk;
+            let r1 = (r0 + chunk).min(w.rows());
+            // SAFETY: rows r0..r1 are within job j's output (r1 <= rows = y.len(), checked
+            // above), task (j, t) alone writes them, and the outputs outlive pool.run.
+            let ys = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
+            for (r, yr) in (r0..r1).zip(ys) {
+                // SAFETY: the table's kernels run on this CPU; row and vector lengths were
+                // checked by QMatrix::new and prepare().
+                *yr = unsafe { dot(w.cols(), w.row(r), x) };
             }
         });
         Ok(())

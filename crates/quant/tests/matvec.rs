@@ -6,8 +6,8 @@ mod common;
 use common::{random_row, Rng};
 use statelm_gguf::GgmlType;
 use statelm_quant::{
-    matmul, matvec, matvec_f32, vec_dot_type, Kernels, QMatrix, QuantError, QuantizedActs,
-    ThreadPool,
+    matmul, matvec, matvec_f32, vec_dot_type, Kernels, MatvecJob, QMatrix, QuantError,
+    QuantizedActs, ThreadPool,
 };
 
 const TYPES: [GgmlType; 9] = [
@@ -213,4 +213,85 @@ fn bandwidth_probe_reports_a_rate() {
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// One dispatch over several matrices (q/k/v of a decode step) writes what separate matvecs
+/// write, bit for bit, across pool sizes and mixed types; a bad job is a typed error.
+#[test]
+fn matvec_many_equals_separate_matvecs() {
+    let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+    let mut rng = Rng(21);
+    let k = Kernels::detected();
+    let cols = 512;
+    let shapes = [
+        (GgmlType::Q5_0, 70),
+        (GgmlType::Q4_K, 17),
+        (GgmlType::Q8_0, 129),
+    ];
+    let data: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, rows)| random_matrix(&mut rng, ty, rows, cols))
+        .collect();
+    let ws: Vec<QMatrix<'_>> = shapes
+        .iter()
+        .zip(&data)
+        .map(|(&(ty, rows), d)| QMatrix::new(ty, rows, cols, d).unwrap())
+        .collect();
+    let x = rng.vec(cols);
+    let acts: Vec<QuantizedActs> = ws
+        .iter()
+        .map(|w| {
+            let mut a = QuantizedActs::new();
+            a.quantize_with(&k, vec_dot_type(w.ty()), &x, 1, cols)
+                .unwrap();
+            a
+        })
+        .collect();
+    for pool in &pools {
+        let want: Vec<Vec<f32>> = ws
+            .iter()
+            .zip(&acts)
+            .map(|(w, a)| {
+                let mut y = vec![0f32; w.rows()];
+                k.matvec(pool, w, a, &mut y).unwrap();
+                y
+            })
+            .collect();
+        let (mut y0, mut y1, mut y2) =
+            (vec![f32::NAN; 70], vec![f32::NAN; 17], vec![f32::NAN; 129]);
+        k.matvec_many(
+            pool,
+            [
+                MatvecJob {
+                    w: &ws[0],
+                    acts: &acts[0],
+                    y: &mut y0,
+                },
+                MatvecJob {
+                    w: &ws[1],
+                    acts: &acts[1],
+                    y: &mut y1,
+                },
+                MatvecJob {
+                    w: &ws[2],
+                    acts: &acts[2],
+                    y: &mut y2,
+                },
+            ],
+        )
+        .unwrap();
+        for (got, want) in [y0, y1, y2].iter().zip(&want) {
+            assert_eq!(bits(got), bits(want), "threads={}", pool.n_threads());
+        }
+    }
+    let mut short = vec![0f32; 3];
+    let bad = k.matvec_many(
+        &pools[0],
+        [MatvecJob {
+            w: &ws[0],
+            acts: &acts[0],
+            y: &mut short,
+        }],
+    );
+    assert!(matches!(bad, Err(QuantError::BadLength { .. })), "{bad:?}");
 }
