@@ -198,8 +198,13 @@ impl GgufWriter {
         let io = |e| GgufError::io("writing GGUF data", e);
         w.write_all(&header).map_err(io)?;
         let header_len = header.len() as u64;
-        let data_start = align_up(header_len, alignment).unwrap_or(header_len);
-        write_zeros(w, data_start - header_len).map_err(io)?;
+        // The padding up to the data section is written only when there is a data section: a
+        // metadata-only file ends with its header (readers, ours and ggml's, accept that), so a
+        // huge `general.alignment` cannot make the writer emit gigabytes of zeros.
+        if !self.tensors.is_empty() {
+            let data_start = align_up(header_len, alignment).unwrap_or(header_len);
+            write_zeros(w, data_start - header_len).map_err(io)?;
+        }
         let mut pos = 0u64;
         for (t, &off) in self.tensors.iter().zip(&offsets) {
             write_zeros(w, off - pos).map_err(io)?;

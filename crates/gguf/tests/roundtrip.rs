@@ -480,3 +480,19 @@ fn released_values_become_empty_values_of_their_type() {
         }
     }
 }
+
+/// Found by the fuzzer: a metadata-only file declaring a 2 GiB alignment parsed, and writing it
+/// back emitted 2 GiB of padding. A file without tensors now ends with its header.
+#[test]
+fn metadata_only_file_with_huge_alignment_rewrites_small() {
+    let mut w = GgufWriter::new();
+    w.set("general.alignment", Value::U32(1 << 31));
+    w.set("general.name", Value::String("tiny".into()));
+    let bytes = write(&w);
+    assert!(bytes.len() < 1024, "{} bytes", bytes.len());
+    let f = GgufFile::from_bytes(bytes.clone()).unwrap();
+    assert_eq!(f.alignment(), 1 << 31);
+    let mut again = GgufWriter::new();
+    again.copy_metadata_from(&f);
+    assert_eq!(write(&again), bytes);
+}
