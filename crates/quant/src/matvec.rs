@@ -110,25 +110,7 @@ impl Kernels {
         acts: &QuantizedActs,
         y: &mut [f32],
     ) -> Result<(), QuantError> {
-        let dot = self.prepare(w, acts)?;
-        check_len("activation vectors (matvec needs 1)", 1, acts.n())?;
-        check_len("matvec output (rows)", w.rows(), y.len())?;
-        let (rows, cols, x) = (w.rows(), w.cols(), acts.vector(0));
-        let chunk = chunk_rows(rows, pool.n_threads());
-        let out = OutPtr(y.as_mut_ptr());
-        pool.run(rows.div_ceil(chunk), &|t| {
-            let r0 = t * chunk;
-            let r1 = (r0 + chunk).min(rows);
-            // SAFETY: r0..r1 is within y (r1 <= rows = y.len()), task t alone
-            // writes it, and y outlives pool.run.
-            let ys = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
-            for (r, yr) in (r0..r1).zip(ys) {
-                // SAFETY: the table's kernels run on this CPU; row and vector
-                // lengths were checked by QMatrix::new and prepare().
-                *yr = unsafe { dot(cols, w.row(r), x) };
-            }
-        });
-        Ok(())
+        self.matvec_many(pool, [MatvecJob { w, acts, y }])
     }
 
     /// Several matrix-vector products over one activation vector each, in one pool dispatch
