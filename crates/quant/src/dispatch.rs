@@ -7,7 +7,9 @@
 //! crate-level functions use once, honouring `STATELM_FORCE_SCALAR=1`.
 
 use crate::error::{bytes_for, check_len, QuantError};
-use crate::kernels::{scalar, AxpyFn, Dot4Fn, DotFn, PanelFn, QuantFn, TileFn, VecDotFn};
+use crate::kernels::{
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, PanelFn, QuantFn, SoftmaxFn, TileFn, VecDotFn,
+};
 use statelm_gguf::GgmlType;
 use std::sync::OnceLock;
 
@@ -73,6 +75,8 @@ pub struct Kernels {
     quant: QuantTable,
     vec_dot_f32: VecDotFn,
     axpy_f32: AxpyFn,
+    softmax_f32: SoftmaxFn,
+    silu_mul_f32: GatedFn,
     panel_f32: PanelFn,
 }
 
@@ -102,10 +106,15 @@ impl Kernels {
                 q5_k: scalar::dot_q5_k_q8_k,
                 q6_k: scalar::dot_q6_k_q8_k,
             },
-            dot4: Dot4Table::default(),
+            dot4: Dot4Table {
+                q4_k: Some(scalar::dot4_q4_k_q8_k),
+                ..Dot4Table::default()
+            },
             tile: TileTable::default(),
             vec_dot_f32: scalar::dot_f32,
             axpy_f32: scalar::axpy_f32,
+            softmax_f32: scalar::softmax_f32,
+            silu_mul_f32: scalar::silu_mul_f32,
             panel_f32: scalar::panel_f32,
             quant: QuantTable {
                 f32: scalar::quantize_f32,
@@ -162,6 +171,8 @@ impl Kernels {
         };
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
+        k.softmax_f32 = avx2::softmax_f32;
+        k.silu_mul_f32 = avx2::silu_mul_f32;
         k.panel_f32 = avx2::panel_f32;
         k.quant.q8_0 = avx2::quantize_q8_0;
         k.quant.q8_k = avx2::quantize_q8_k;
@@ -331,6 +342,18 @@ impl Kernels {
     pub fn axpy_f32(&self, y: &mut [f32], alpha: f32, x: &[f32]) {
         // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
         unsafe { (self.axpy_f32)(y, alpha, x) }
+    }
+
+    /// `x = softmax(x)` in place, in ggml's order (see [`crate::kernels::scalar::softmax_f32`]).
+    pub fn softmax_f32(&self, x: &mut [f32]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slice.
+        unsafe { (self.softmax_f32)(x) }
+    }
+
+    /// `g = silu(g) · u` over the common length, as ggml computes SwiGLU.
+    pub fn silu_mul_f32(&self, g: &mut [f32], u: &[f32]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.silu_mul_f32)(g, u) }
     }
 
     /// Whether batches of at least [`crate::GEMM_MIN_VECS`] vectors should take

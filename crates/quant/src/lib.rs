@@ -85,5 +85,5 @@ pub use error::QuantError;
 pub use formats::{can_quantize, dequantize_row, quantize_row};
 pub use gemm::{matmul_f32, BMatrix, GEMM_MIN_VECS};
 pub use matrix::{QMatrix, QuantizedActs};
-pub use matvec::{matmul, matvec, matvec_f32, MatvecJob};
+pub use matvec::{matmul, matvec, matvec_f32, BatchOrder, MatvecJob};
 pub use pool::ThreadPool;

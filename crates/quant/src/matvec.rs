@@ -12,6 +12,7 @@ use crate::error::{check_len, QuantError};
 use crate::kernels::{Dot4Fn, DotFn, TileFn};
 use crate::matrix::{QMatrix, QuantizedActs};
 use crate::pool::ThreadPool;
+use statelm_gguf::GgmlType;
 
 /// Chunk sizes are multiples of this many rows.
 pub const ROW_ALIGN: usize = 16;
@@ -63,6 +64,17 @@ pub struct MatvecJob<'a, 'w> {
     pub acts: &'a QuantizedActs,
     /// The output, `w.rows()` long.
     pub y: &'a mut [f32],
+}
+
+/// How a matrix product over several activation vectors sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchOrder {
+    /// Every output exactly as a single-vector dot computes it (a batch equals its vectors
+    /// one by one).
+    Invariant,
+    /// As llama.cpp's x86 backend sums a batch: groups of four vectors take ggml's 4-row
+    /// kernels where those differ from its single-vector ones (Q4_K), the rest single dots.
+    Ggml,
 }
 
 /// Rows per chunk for `rows` rows on `threads` threads.
@@ -158,7 +170,7 @@ impl Kernels {
         Ok(())
     }
 
-    /// [`matmul`] with this kernel table.
+    /// [`matmul`] with this kernel table (each output bit-identical to a single dot).
     pub fn matmul(
         &self,
         pool: &ThreadPool,
@@ -166,10 +178,28 @@ impl Kernels {
         acts: &QuantizedActs,
         y: &mut [f32],
     ) -> Result<(), QuantError> {
+        self.matmul_in(pool, w, acts, y, BatchOrder::Invariant)
+    }
+
+    /// [`matmul`] with this kernel table, summing in `order`.
+    pub fn matmul_in(
+        &self,
+        pool: &ThreadPool,
+        w: &QMatrix<'_>,
+        acts: &QuantizedActs,
+        y: &mut [f32],
+        order: BatchOrder,
+    ) -> Result<(), QuantError> {
         let dot = self.prepare(w, acts)?;
+        // Q4_K's four-vector kernel follows ggml's 4-row GEMM, which sums in another order
+        // than its single dot (ggml's GEMV); the other formats' tiles equal their dots.
+        let reordered = w.ty() == GgmlType::Q4_K;
         let fns = TileFns {
             dot,
-            dot4: self.dot4_fn(w.ty()),
+            dot4: match order {
+                BatchOrder::Invariant if reordered => None,
+                _ => self.dot4_fn(w.ty()),
+            },
             tile: self.tile_fn(w.ty()),
         };
         let (rows, n) = (w.rows(), acts.n());

@@ -90,11 +90,21 @@ proptest! {
         let n = elems(ty, blocks);
         let w = random_row(&mut rng, ty, n);
         for k in [Kernels::scalar(), Kernels::detected()] {
-            let acts: Vec<Vec<u8>> = (0..4).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
-            let a = [0, 1, 2, 3].map(|i| acts[i].as_slice());
+            let quantized: Vec<_> = (0..4).map(|_| quantized_acts(&k, ty, &rng.vec(n))).collect();
+            let a = [0, 1, 2, 3].map(|i| quantized[i].0.as_slice());
             let four = k.vec_dot4(ty, n, &w, a).unwrap();
             let one = a.map(|v| k.vec_dot(ty, n, &w, v).unwrap());
-            prop_assert_eq!(four.map(f32::to_bits), one.map(f32::to_bits), "{} {}", ty, k.isa());
+            if ty == GgmlType::Q4_K {
+                // ggml's 4-row GEMM order: the scalar reference's bits, near the single dots.
+                let reference = Kernels::scalar().vec_dot4(ty, n, &w, a).unwrap();
+                prop_assert_eq!(four.map(f32::to_bits), reference.map(f32::to_bits), "{}", k.isa());
+                for ((f, o), q) in four.iter().zip(&one).zip(&quantized) {
+                    let m = magnitude(ty, &w, &q.1);
+                    prop_assert!(f64::from((f - o).abs()) <= SIMD_REL * m + 1e-30, "{} vs {}", f, o);
+                }
+            } else {
+                prop_assert_eq!(four.map(f32::to_bits), one.map(f32::to_bits), "{} {}", ty, k.isa());
+            }
         }
     }
 
@@ -109,7 +119,12 @@ proptest! {
             let acts: Vec<Vec<u8>> = (0..4).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
             let a = [0, 1, 2, 3].map(|i| acts[i].as_slice());
             let tile = k.vec_dot_tile(ty, n, w, a).unwrap();
-            let one = w.map(|r| a.map(|v| k.vec_dot(ty, n, r, v).unwrap().to_bits()));
+            // Q4_K has no tile kernel: its tile is two dot4 calls (tested above).
+            let one = if ty == GgmlType::Q4_K {
+                w.map(|r| k.vec_dot4(ty, n, r, a).unwrap().map(f32::to_bits))
+            } else {
+                w.map(|r| a.map(|v| k.vec_dot(ty, n, r, v).unwrap().to_bits()))
+            };
             prop_assert_eq!(tile.map(|r| r.map(f32::to_bits)), one, "{} {}", ty, k.isa());
         }
     }
@@ -125,14 +140,38 @@ proptest! {
             let d = f64::from(k.dot_f32(&a, &b));
             prop_assert!((d - exact).abs() <= SIMD_REL * m + 1e-30, "{} dot {} vs {}", k.isa(), d, exact);
         }
+        // Both follow ggml's order lane by lane: bit-identical.
+        prop_assert_eq!(scalar.dot_f32(&a, &b).to_bits(), simd.dot_f32(&a, &b).to_bits());
         let y0 = rng.vec(n);
         let (mut ys, mut yv) = (y0.clone(), y0.clone());
         scalar.axpy_f32(&mut ys, alpha, &b);
         simd.axpy_f32(&mut yv, alpha, &b);
-        for (i, (s, v)) in ys.iter().zip(&yv).enumerate() {
-            let bound = 1e-6 * (y0[i].abs() + (alpha * b[i]).abs()) + 1e-30;
-            prop_assert!((s - v).abs() <= bound, "axpy[{}]: {} vs {}", i, s, v);
+        prop_assert_eq!(bits(&ys), bits(&yv), "axpy");
+        // Softmax over scores with masked (−∞) entries, and SwiGLU, also bit for bit.
+        let mut xs: Vec<f32> = a.iter().map(|v| v * 30.0 * alpha).collect();
+        if n > 2 {
+            xs[1] = f32::NEG_INFINITY;
         }
+        let (mut ss, mut sv) = (xs.clone(), xs.clone());
+        scalar.softmax_f32(&mut ss);
+        simd.softmax_f32(&mut sv);
+        prop_assert_eq!(bits(&ss), bits(&sv), "softmax");
+        if n > 0 {
+            let total: f64 = ss.iter().map(|v| f64::from(*v)).sum();
+            prop_assert!((total - 1.0).abs() < 1e-5, "softmax sums to {}", total);
+        }
+        let (mut gs, mut gv) = (xs.clone(), xs);
+        scalar.silu_mul_f32(&mut gs, &b);
+        simd.silu_mul_f32(&mut gv, &b);
+        prop_assert_eq!(bits(&gs), bits(&gv), "silu_mul");
+    }
+
+    #[test]
+    fn exp_is_accurate(x in -87f32..88.0) {
+        // Normal results only (below −87 the result is subnormal and loses relative precision).
+        let e = statelm_quant::kernels::scalar::exp_f32(x);
+        let want = f64::from(x).exp();
+        prop_assert!(((f64::from(e) - want) / want).abs() < 4e-7, "exp({}) = {} vs {}", x, e, want);
     }
 
     #[test]
@@ -220,6 +259,11 @@ proptest! {
             prop_assert!(err <= quant_budget(ty) * amax, "{}: err {} amax {}", ty, err, amax);
         }
     }
+}
+
+/// The bit patterns of a slice (NaN-safe equality).
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]

@@ -6,7 +6,10 @@
 //! `w` (bytes in the weight format) against one activation vector `a` (bytes in
 //! the paired activation format, see [`crate::vec_dot_type`]). The integer part
 //! of each block's dot is exact; blocks are scaled and summed in `f32`, so the
-//! versions differ only by `f32` summation order.
+//! versions differ only by `f32` summation order. Where llama.cpp's x86 backend
+//! has a fixed order (its AVX2 `vec_dot`s, the repacked Q4_0/Q4_K kernels, the
+//! f32 dot and softmax), both versions follow it lane by lane, so statelm can
+//! reproduce its logits bit for bit.
 
 pub mod scalar;
 
@@ -19,8 +22,10 @@ pub mod avx2;
 pub type DotFn = unsafe fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 
 /// A dot-product kernel of one weight row against four activation vectors
-/// (used by matmul to decode each weight block once). Must give exactly the
-/// results of four [`DotFn`] calls of the same ISA.
+/// (used by matmul to decode each weight block once). Gives exactly the results
+/// of four [`DotFn`] calls of the same ISA, except for Q4_K, whose four-vector
+/// kernel sums in ggml's 4-row GEMM order (see `scalar::dot4_q4_k_q8_k`); every
+/// ISA's version equals the scalar reference's bits.
 pub type Dot4Fn = unsafe fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 
 /// A register-tile kernel: two weight rows against four activation vectors
@@ -34,6 +39,12 @@ pub type QuantFn = unsafe fn(x: &[f32], out: &mut [u8]);
 
 /// A float dot product over the common length of two slices (attention scores).
 pub type VecDotFn = unsafe fn(a: &[f32], b: &[f32]) -> f32;
+
+/// `g = silu(g) · u` over the common length (SwiGLU).
+pub type GatedFn = unsafe fn(g: &mut [f32], u: &[f32]);
+
+/// `x = softmax(x)` in place (attention probabilities).
+pub type SoftmaxFn = unsafe fn(x: &mut [f32]);
 
 /// `y += alpha * x` over the common length (attention's weighted sum of values).
 pub type AxpyFn = unsafe fn(y: &mut [f32], alpha: f32, x: &[f32]);

@@ -2,12 +2,12 @@
 //!
 //! Codes are unsigned (0..=15, 0..=31, 0..=63) so `maddubs` multiplies them
 //! with the signed activations without saturation; sub-block scales are
-//! applied with `madd` on i16 lanes. Each super-block's integer total is
-//! reduced to one i32 and scaled with the same f32 expression as the scalar
-//! kernels, so results match them bit for bit. The `dot4_` kernels decode each
-//! weight super-block once for four activation vectors (matmul).
+//! applied with `madd` on i16 lanes. The integer sums are exact; the f32
+//! accumulation follows the scalar kernels (and ggml's x86 kernels) exactly:
+//! Q4_K one FMA per super-block (per 64-element chunk in the four-vector
+//! kernel), Q6_K eight f32 lanes, Q5_K `d·isum − dmin·msum` per super-block.
 
-use super::{at, hsum_epi32, le16, load256, prefetch_ahead};
+use super::{at, hsum_epi32, hsum_ps, le16, load256, prefetch_ahead};
 use crate::formats::float::f16_to_f32;
 use crate::formats::q4_k::unpack_scales;
 use crate::kernels::scalar::min_sum;
@@ -85,11 +85,44 @@ fn affine_block(
     d * isum as f32 - dmin * msum as f32
 }
 
+/// `(Σ_j sc_j Σ q y, Σ_j m_j bsum_j)` of each 64-element chunk (two sub-blocks) of a Q4_K
+/// super-block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
+fn q4_k_chunk_sums(
+    y: &[u8],
+    sc: &[u8; 8],
+    mn: &[u8; 8],
+    codes: &[[__m256i; 2]; 4],
+) -> [(i32, i32); 4] {
+    let b = q8k_bsums(y);
+    std::array::from_fn(|c| {
+        let [lo, hi] = codes[c];
+        let p0 = _mm256_maddubs_epi16(lo, load256(at(y, 4 + 64 * c)));
+        let p1 = _mm256_maddubs_epi16(hi, load256(at(y, 36 + 64 * c)));
+        let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * c])));
+        let p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * c + 1])));
+        let m = |j: usize| i32::from(mn[j]) * (i32::from(b[2 * j]) + i32::from(b[2 * j + 1]));
+        (
+            hsum_epi32(_mm256_add_epi32(p0, p1)),
+            m(2 * c) + m(2 * c + 1),
+        )
+    })
+}
+
+/// Q4_K against `V` Q8_K vectors in the order of [`crate::kernels::scalar::dot_q4_k_q8_k`]
+/// (`PER_CHUNK = false`, ggml's repacked GEMV) or of
+/// [`crate::kernels::scalar::dot4_q4_k_q8_k`] (`true`, its 4-row GEMM).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_acts<const V: usize, const PER_CHUNK: bool>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
     let m4 = _mm256_set1_epi8(0x0f);
-    walk(w, a, 144, |x| {
+    let nb = a.iter().fold(w.len() / 144, |m, v| m.min(v.len() / 292));
+    let (mut acc, mut acc_min) = ([0f32; V], [0f32; V]);
+    for (i, x) in w[..nb * 144].chunks_exact(144).enumerate() {
+        for off in (0..144).step_by(64) {
+            prefetch_ahead(x, off);
+        }
         let (sc, mn) = unpack_scales(at(x, 4));
         let codes: [[__m256i; 2]; 4] = std::array::from_fn(|c| {
             let q = load256(at(x, 16 + 32 * c));
@@ -99,8 +132,43 @@ fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
             ]
         });
         let xd = [f16_to_f32(le16(x, 0)), f16_to_f32(le16(x, 2))];
-        move |y: &[u8]| affine_block(xd, y, &codes, &sc, &mn)
-    })
+        for v in 0..V {
+            let y = &a[v][i * 292..(i + 1) * 292];
+            let yd = q8k_d(y);
+            let (d, dmin) = (xd[0] * yd, xd[1] * yd);
+            if PER_CHUNK {
+                for (isum, msum) in q4_k_chunk_sums(y, &sc, &mn, &codes) {
+                    acc[v] = (isum as f32).mul_add(d, acc[v]);
+                    acc_min[v] = (msum as f32).mul_add(dmin, acc_min[v]);
+                }
+            } else {
+                let isum = affine_isum(y, &sc, &codes);
+                let msum = min_sum(&mn, &q8k_bsums(y));
+                acc[v] = (isum as f32).mul_add(d, acc[v]);
+                acc_min[v] = (msum as f32).mul_add(dmin, acc_min[v]);
+            }
+        }
+    }
+    std::array::from_fn(|v| acc[v] - acc_min[v])
+}
+
+/// Q4_K weights · Q8_K activations, in ggml's repacked-GEMV order.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q4_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
+    q4_k_acts::<1, false>(w, [a])[0]
+}
+
+/// Q4_K weights · four Q8_K activation vectors, in ggml's 4-row GEMM order (one FMA per
+/// 64-element chunk instead of per super-block: not bit-identical to four single dots).
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q4_k_q8_k(_n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    q4_k_acts::<4, true>(w, a)
 }
 
 #[inline]
@@ -146,17 +214,11 @@ fn q6_k_codes(x: &[u8]) -> [__m256i; 8] {
     q
 }
 
-/// One Q6_K super-block's contribution: `Σ sc q y` on unsigned codes minus
-/// `32 Σ sc bsum` for the code offset, scaled by `d`.
+/// One Q6_K super-block's eight i32 lanes (see [`crate::kernels::scalar::dot_q6_k_q8_k`]):
+/// `Σ sc q y` on unsigned codes minus the code offset `32 Σ sc bsum`, lane by lane as ggml.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k_block(xd: f32, y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> f32 {
-    let bsums = q8k_bsums(y);
-    let msum: i32 = sc
-        .iter()
-        .zip(&bsums)
-        .map(|(&s, &b)| i32::from(s) * i32::from(b))
-        .sum();
+fn q6_k_lanes(y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> __m256i {
     let mut sumi = _mm256_setzero_si256();
     for (k, qk) in q.iter().enumerate() {
         let p = _mm256_maddubs_epi16(*qk, load256(at(y, 4 + 32 * k)));
@@ -166,20 +228,33 @@ fn q6_k_block(xd: f32, y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> f32 {
         );
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
     }
-    let isum = hsum_epi32(sumi) - 32 * msum;
-    let d = xd * q8k_d(y);
-    d * isum as f32
+    let bsums = load256(at(y, 260));
+    // SAFETY: `sc` is 16 readable bytes; `loadu` has no alignment requirement.
+    let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) });
+    let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
+    _mm256_sub_epi32(sumi, offset)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
-    walk(w, a, 210, |x| {
+    let nb = a.iter().fold(w.len() / 210, |m, v| m.min(v.len() / 292));
+    let mut acc = [_mm256_setzero_ps(); V];
+    for (i, x) in w[..nb * 210].chunks_exact(210).enumerate() {
+        for off in (0..210).step_by(64) {
+            prefetch_ahead(x, off);
+        }
         let sc: [i8; 16] = at::<16>(x, 192).map(|b| b as i8);
         let q = q6_k_codes(x);
         let xd = f16_to_f32(le16(x, 208));
-        move |y: &[u8]| q6_k_block(xd, y, &q, &sc)
-    })
+        for v in 0..V {
+            let y = &a[v][i * 292..(i + 1) * 292];
+            let d = _mm256_set1_ps(q8k_d(y) * xd);
+            let lanes = _mm256_cvtepi32_ps(q6_k_lanes(y, &q, &sc));
+            acc[v] = _mm256_fmadd_ps(d, lanes, acc[v]);
+        }
+    }
+    acc.map(|v| hsum_ps(v))
 }
 
 /// Defines the one-vector and four-vector kernels of a K-quant format.
@@ -205,6 +280,5 @@ macro_rules! kquant_pair {
     };
 }
 
-kquant_pair!(dot_q4_k_q8_k, dot4_q4_k_q8_k, q4_k_acts, "Q4_K");
 kquant_pair!(dot_q5_k_q8_k, dot4_q5_k_q8_k, q5_k_acts, "Q5_K");
 kquant_pair!(dot_q6_k_q8_k, dot4_q6_k_q8_k, q6_k_acts, "Q6_K");

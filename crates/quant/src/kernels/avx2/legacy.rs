@@ -6,8 +6,8 @@
 //! kernels decode each weight block once for four activation vectors (matmul).
 
 use super::{
-    at, bits_32, f16c_mul, hsum_ps, le16, load256, mul_sum_i8, mul_sum_u8_i8, nibbles_32,
-    prefetch_ahead,
+    at, bits_32, f16c_mul, hsum_epi32, hsum_ps, le16, load256, mul_sum_i8, mul_sum_u8_i8,
+    nibbles_32, prefetch_ahead,
 };
 use std::arch::x86_64::*;
 
@@ -38,14 +38,14 @@ fn decode_q5_0(x: &[u8]) -> (u16, __m256i) {
 
 /// Defines the one-vector and four-vector kernels of a Q8_0-paired format.
 macro_rules! q8_0_pair {
-    ($one:ident, $four:ident, $bytes:expr, $decode:ident, $name:literal) => {
+    ($one:ident, $four:ident, $bytes:expr, $decode:ident, $fma:literal, $name:literal) => {
         #[doc = concat!($name, " weights · Q8_0 activations.")]
         ///
         /// # Safety
         /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $one(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-            dot_q8_0_acts(w, [a], $bytes, |x| $decode(x))[0]
+            dot_q8_0_acts::<1, $fma>(w, [a], $bytes, |x| $decode(x))[0]
         }
 
         #[doc = concat!($name, " weights · four Q8_0 activation vectors (bit-identical to four single dots).")]
@@ -54,32 +54,48 @@ macro_rules! q8_0_pair {
         /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $four(_n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-            dot_q8_0_acts(w, a, $bytes, |x| $decode(x))
+            dot_q8_0_acts::<4, $fma>(w, a, $bytes, |x| $decode(x))
         }
     };
 }
 
-q8_0_pair!(dot_q8_0_q8_0, dot4_q8_0_q8_0, 34, decode_q8_0, "Q8_0");
-q8_0_pair!(dot_q4_0_q8_0, dot4_q4_0_q8_0, 18, decode_q4_0, "Q4_0");
-q8_0_pair!(dot_q5_0_q8_0, dot4_q5_0_q8_0, 22, decode_q5_0, "Q5_0");
+// Q4_0 sums as ggml's repacked (8×8) kernels do, which llama.cpp uses for Q4_0 on x86: one
+// FMA per block; Q8_0 and Q5_0 as its `vec_dot` / tinyBLAS: an f32x8 accumulator.
+q8_0_pair!(
+    dot_q8_0_q8_0,
+    dot4_q8_0_q8_0,
+    34,
+    decode_q8_0,
+    false,
+    "Q8_0"
+);
+q8_0_pair!(dot_q4_0_q8_0, dot4_q4_0_q8_0, 18, decode_q4_0, true, "Q4_0");
+q8_0_pair!(
+    dot_q5_0_q8_0,
+    dot4_q5_0_q8_0,
+    22,
+    decode_q5_0,
+    false,
+    "Q5_0"
+);
 
 /// Defines the two-row × four-vector tile kernel of a Q8_0-paired format.
 macro_rules! q8_0_tile {
-    ($tile:ident, $bytes:expr, $decode:ident, $name:literal) => {
+    ($tile:ident, $bytes:expr, $decode:ident, $fma:literal, $name:literal) => {
         #[doc = concat!($name, " weights: two rows · four Q8_0 activation vectors (bit-identical to eight single dots).")]
         ///
         /// # Safety
         /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $tile(_n: usize, w: [&[u8]; 2], a: [&[u8]; 4]) -> [[f32; 4]; 2] {
-            tile_q8_0_acts(w, a, $bytes, |x| $decode(x))
+            tile_q8_0_acts::<2, 4, $fma>(w, a, $bytes, |x| $decode(x))
         }
     };
 }
 
-q8_0_tile!(tile_q8_0_q8_0, 34, decode_q8_0, "Q8_0");
-q8_0_tile!(tile_q4_0_q8_0, 18, decode_q4_0, "Q4_0");
-q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, "Q5_0");
+q8_0_tile!(tile_q8_0_q8_0, 34, decode_q8_0, false, "Q8_0");
+q8_0_tile!(tile_q4_0_q8_0, 18, decode_q4_0, true, "Q4_0");
+q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, false, "Q5_0");
 
 /// One half-precision value as f32 (exact).
 #[inline]
@@ -96,7 +112,7 @@ fn half_to_f32(h: u16) -> f32 {
 /// [`hsum_ps`]), so the results are bit-identical to single dots.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile_q8_0_acts<const R: usize, const V: usize>(
+fn tile_q8_0_acts<const R: usize, const V: usize, const BLOCK_FMA: bool>(
     w: [&[u8]; R],
     a: [&[u8]; V],
     wb: usize,
@@ -107,6 +123,7 @@ fn tile_q8_0_acts<const R: usize, const V: usize>(
         |m, v| m.min(v.len() / 34),
     );
     let mut acc = [[_mm256_setzero_ps(); V]; R];
+    let mut acc_s = [[0f32; V]; R];
     let ones = _mm256_set1_epi16(1);
     for b in 0..nb {
         let mut dx = [0f32; R];
@@ -129,10 +146,18 @@ fn tile_q8_0_acts<const R: usize, const V: usize>(
             for r in 0..R {
                 let sy = _mm256_sign_epi8(qy, qx[r]);
                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[r], sy), ones);
-                let d = _mm256_set1_ps(dx[r] * dy);
-                acc[r][v] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][v]);
+                if BLOCK_FMA {
+                    let isum = hsum_epi32(p) as f32;
+                    acc_s[r][v] = isum.mul_add(dx[r] * dy, acc_s[r][v]);
+                } else {
+                    let d = _mm256_set1_ps(dx[r] * dy);
+                    acc[r][v] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][v]);
+                }
             }
         }
+    }
+    if BLOCK_FMA {
+        return acc_s;
     }
     acc.map(|row| row.map(|v| hsum_ps(v)))
 }
@@ -143,7 +168,7 @@ fn tile_q8_0_acts<const R: usize, const V: usize>(
 /// exactly the same operations whatever `V` is.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_q8_0_acts<const V: usize>(
+fn dot_q8_0_acts<const V: usize, const BLOCK_FMA: bool>(
     w: &[u8],
     a: [&[u8]; V],
     wb: usize,
@@ -152,6 +177,7 @@ fn dot_q8_0_acts<const V: usize>(
     let nb = a.iter().fold(w.len() / wb, |m, v| m.min(v.len() / 34));
     let mut ys = a.map(|v| v[..nb * 34].chunks_exact(34));
     let mut acc = [_mm256_setzero_ps(); V];
+    let mut acc_s = [0f32; V];
     for (b, x) in w[..nb * wb].chunks_exact(wb).enumerate() {
         if b % 2 == 0 {
             prefetch_ahead(x, 0);
@@ -159,10 +185,17 @@ fn dot_q8_0_acts<const V: usize>(
         let (dx, qx) = decode(x);
         for v in 0..V {
             let Some(y) = ys[v].next() else { break };
-            let d = _mm256_set1_ps(f16c_mul(dx, le16(y, 0)));
-            let p = _mm256_cvtepi32_ps(mul_sum_i8(qx, load256(at(y, 2))));
-            acc[v] = _mm256_fmadd_ps(d, p, acc[v]);
+            let d = f16c_mul(dx, le16(y, 0));
+            let p = mul_sum_i8(qx, load256(at(y, 2)));
+            if BLOCK_FMA {
+                acc_s[v] = (hsum_epi32(p) as f32).mul_add(d, acc_s[v]);
+            } else {
+                acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[v]);
+            }
         }
+    }
+    if BLOCK_FMA {
+        return acc_s;
     }
     acc.map(|v| hsum_ps(v))
 }

@@ -5,6 +5,7 @@
 //! `d = d_x * d_y`. The AVX2 kernels compute the same integers and the same
 //! `f32` expression, so for K-quants the two agree bit for bit.
 
+use super::vector::hsum8;
 use crate::formats::float::h2f;
 use crate::formats::{blocks, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
@@ -68,18 +69,43 @@ pub(crate) fn min_sum(mn: &[u8; 8], bsums: &[i16; 16]) -> i32 {
         .sum()
 }
 
-/// Q4_K weights · Q8_K activations.
+/// Q4_K weights · Q8_K activations, in the order of ggml's repacked GEMV (which llama.cpp uses
+/// for Q4_K on x86): per super-block one FMA of the exact `isum` by `d_x·d_y` and one of the
+/// exact min sum by `dmin_x·d_y`, into two sums subtracted at the end.
 pub fn dot_q4_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0f32;
+    let (mut acc, mut acc_min) = (0f32, 0f32);
     for (x, y) in blocks::<BlockQ4K>(w).zip(blocks::<BlockQ8K>(a)) {
         let (q, sc, mn) = x.unpack();
         let isum = grouped_isum(&q, &y.qs, &sc, 32);
         let msum = min_sum(&mn, &y.bsums);
-        let d = h2f(x.d) * y.d;
-        let dmin = h2f(x.dmin) * y.d;
-        sum += d * isum as f32 - dmin * msum as f32;
+        acc = (isum as f32).mul_add(h2f(x.d) * y.d, acc);
+        acc_min = (msum as f32).mul_add(h2f(x.dmin) * y.d, acc_min);
     }
-    sum
+    acc - acc_min
+}
+
+/// Q4_K weights · four Q8_K activation vectors in the order of ggml's 4-row repacked GEMM
+/// (llama.cpp's prefill): like [`dot_q4_k_q8_k`] but one FMA per 64-element chunk (two
+/// sub-blocks), so it is not bit-identical to four single dots.
+pub fn dot4_q4_k_q8_k(_n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    a.map(|a| {
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (x, y) in blocks::<BlockQ4K>(w).zip(blocks::<BlockQ8K>(a)) {
+            let (q, sc, mn) = x.unpack();
+            let (d, dmin) = (h2f(x.d) * y.d, h2f(x.dmin) * y.d);
+            for c in 0..4 {
+                let r = 64 * c..64 * (c + 1);
+                let isum = grouped_isum(&q[r.clone()], &y.qs[r], &sc[2 * c..2 * c + 2], 32);
+                let sub = |j: usize| {
+                    i32::from(mn[j]) * (i32::from(y.bsums[2 * j]) + i32::from(y.bsums[2 * j + 1]))
+                };
+                let msum = sub(2 * c) + sub(2 * c + 1);
+                acc = (isum as f32).mul_add(d, acc);
+                acc_min = (msum as f32).mul_add(dmin, acc_min);
+            }
+        }
+        acc - acc_min
+    })
 }
 
 /// Q5_K weights · Q8_K activations.
@@ -96,12 +122,31 @@ pub fn dot_q5_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// Q6_K weights · Q8_K activations.
+/// Q6_K weights · Q8_K activations, in the order of ggml's AVX2 kernel: eight i32 lanes per
+/// super-block (lane `k` holds bytes `4k..4k+4` of every 32-element group times that group's
+/// scale for its half, on unsigned codes, minus the code offset `32 Σ sc·bsum` of sub-blocks
+/// `2k, 2k+1`), each lane scaled and accumulated in f32 across super-blocks, then [`hsum8`].
 pub fn dot_q6_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut sum = 0f32;
+    let mut acc = [0f32; 8];
     for (x, y) in blocks::<BlockQ6K>(w).zip(blocks::<BlockQ8K>(a)) {
-        let isum = grouped_isum(&x.unpack(), &y.qs, &x.scales, 16);
-        sum += (h2f(x.d) * y.d) * isum as f32;
+        let q = x.unpack();
+        let d = y.d * h2f(x.d);
+        for (k, lane) in acc.iter_mut().enumerate() {
+            let mut sum = 0i32;
+            for g in 0..8 {
+                let s = i32::from(x.scales[2 * g + k / 4]);
+                let bytes = 32 * g + 4 * k..32 * g + 4 * k + 4;
+                let dot: i32 = q[bytes.clone()]
+                    .iter()
+                    .zip(&y.qs[bytes])
+                    .map(|(&c, &v)| (i32::from(c) + 32) * i32::from(v))
+                    .sum();
+                sum += s * dot;
+            }
+            let offset = |j: usize| i32::from(y.bsums[j]) * i32::from(x.scales[j]);
+            sum -= 32 * (offset(2 * k) + offset(2 * k + 1));
+            *lane = d.mul_add(sum as f32, *lane);
+        }
     }
-    sum
+    hsum8(&acc)
 }

@@ -28,11 +28,13 @@ pub fn dot_q8_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// Q4_0 weights · Q8_0 activations.
+/// Q4_0 weights · Q8_0 activations, in the order of ggml's repacked (8×8) kernels: one FMA of
+/// each block's exact integer dot (the AVX2 kernel matches this bit for bit).
 pub fn dot_q4_0_q8_0(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0f32;
     for (x, y) in blocks::<BlockQ4_0>(w).zip(blocks::<BlockQ8_0>(a)) {
-        sum += idot_signed(&x.unpack(), &y.qs) as f32 * (h2f(x.d) * h2f(y.d));
+        let isum = idot_signed(&x.unpack(), &y.qs) as f32;
+        sum = isum.mul_add(h2f(x.d) * h2f(y.d), sum);
     }
     sum
 }

@@ -12,9 +12,13 @@ mod vector;
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
 pub use gemm::panel_f32;
 pub(crate) use kquants::min_sum;
-pub use kquants::{dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k};
+pub use kquants::{
+    dot4_q4_k_q8_k, dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k,
+};
 pub use legacy::{dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0, dot_q5_1_q8_1, dot_q8_0_q8_0};
-pub use vector::{axpy_f32, dot_f32};
+pub use vector::{
+    axpy_f32, dot_f32, exp_f32, hsum8, reduce_dot_partials, silu_mul_f32, softmax_f32,
+};
 
 use crate::formats::{q8_0, q8_k, write_block};
 
