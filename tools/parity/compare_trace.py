@@ -13,8 +13,13 @@ import numpy as np
 # statelm trace name -> llama.cpp tensor name ({} = layer).
 NAMES = {"embd": "inp_scaled", "attn_norm": "attn_norm-{}", "q_normed": "Qcur_normed-{}",
          "k_normed": "Kcur_normed-{}", "q": "Qcur-{}#2", "k": "Kcur-{}#2", "v": "Vcur-{}",
-         "kqv_out": "kqv_out-{}", "attn_out": "sa_out-{}", "ffn_norm": "ffn_norm-{}",
-         "l_out": "l_out-{}", "logits_last": "logits_last"}
+         "kqv_out": "kqv_out-{}", "attn_post_norm": "attn_post_norm-{}", "attn_out": "sa_out-{}", "ffn_norm": "ffn_norm-{}",
+         "ffn_gate": "ffn_gate-{}", "ffn_up": "ffn_up-{}", "ffn_geglu": "ffn_geglu-{}",
+         "ffn_out": "ffn_out-{}", "ffn_post_norm": "ffn_post_norm-{}", "l_out": "l_out-{}", "logits_last": "logits_last"}
+
+# Tried in order after NAMES; the last one present wins.
+ALIASES = {"q": ["Qcur-{}#3"], "k": ["Kcur-{}#3"], "ffn_geglu": ["ffn_swiglu-{}"],
+           "attn_out": ["ffn_inp-{}"]}
 
 
 def main():
@@ -27,6 +32,11 @@ def main():
         if r["layer"] is not None and r["layer"] >= max_layer:
             continue
         key = NAMES[r["name"]].format(r["layer"])
+        # Qwen-style graphs name the post-bias/rope tensors differently from Gemma's.
+        for alt in ALIASES.get(r["name"], []):
+            if key not in theirs or theirs[key].size != r["len"] or alt.format(r["layer"]) in theirs:
+                if alt.format(r["layer"]) in theirs:
+                    key = alt.format(r["layer"])
         a = data[r["offset"]:r["offset"] + r["len"]]
         if key not in theirs:
             print(f"{r['name']:12s} L{r['layer']}: no llama.cpp tensor {key}")

@@ -29,6 +29,10 @@ struct Cli {
     /// Worker threads for inference (default: one per available core).
     #[arg(short = 't', long, global = true, env = "STATELM_THREADS")]
     threads: Option<usize>,
+    /// How prefill batches sum: `fast` (f32 GEMMs for 32+ tokens) or `llama-cpp` (llama.cpp's
+    /// x86 summation order in every batch, for bit-level comparisons; slower prefill).
+    #[arg(long, global = true, env = "STATELM_NUMERICS", value_parser = parse_numerics, default_value = "fast")]
+    numerics: statelm_model::Numerics,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,6 +44,15 @@ pub struct TierArg {
     pub policy: statelm_model::tier::TierPolicy,
     /// Forced precision, if any.
     pub quant: Option<statelm_model::tier::QuantTier>,
+}
+
+/// Parses `--numerics`.
+fn parse_numerics(s: &str) -> Result<statelm_model::Numerics, String> {
+    match s {
+        "fast" => Ok(statelm_model::Numerics::Fast),
+        "llama-cpp" => Ok(statelm_model::Numerics::LlamaCpp),
+        _ => Err(format!("unknown numerics `{s}` (fast, llama-cpp)")),
+    }
 }
 
 fn parse_tier(s: &str) -> Result<TierArg, String> {
@@ -70,6 +83,8 @@ pub struct Ctx {
     pub threads: Option<usize>,
     /// `--tier`.
     pub tier: Option<TierArg>,
+    /// `--numerics`.
+    pub numerics: statelm_model::Numerics,
 }
 
 impl Ctx {
@@ -77,6 +92,7 @@ impl Ctx {
     pub fn load_options(&self) -> statelm_model::LoadOptions {
         statelm_model::LoadOptions {
             threads: self.threads.unwrap_or(0),
+            numerics: self.numerics,
             ..Default::default()
         }
     }
@@ -140,6 +156,7 @@ fn main() -> ExitCode {
         verbose: cli.verbose,
         threads: cli.threads,
         tier: cli.tier,
+        numerics: cli.numerics,
     };
     let cache = ctx.cache.as_deref();
     let result = match &cli.command {

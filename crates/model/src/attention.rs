@@ -6,15 +6,17 @@
 //!
 //! Work is split by kv head (and the query heads of a kv head into parts when there are fewer
 //! kv heads than threads), so each key and value row is read once for all the query heads that
-//! share it, into per-task buffers the State keeps (decode does not allocate). Batches below
-//! [`GEMM_MIN_QUERIES`] tokens (decode) take one dot and one `axpy` per (query row, visible
-//! cell); larger ones two GEMMs, `Sᵀ = K·Qᵀ` over every cell (invisible ones then −∞), softmax
-//! per row, `O = P·V`. Each path's per-row arithmetic does not depend on the batch, so a small
-//! batch equals token-by-token decode bit for bit; the two paths differ by f32 summation order.
+//! share it, into per-task buffers the State keeps (decode does not allocate). Decode and
+//! batches below [`GEMM_MIN_QUERIES`] tokens take one dot and one `axpy` per (query row, visible
+//! cell), in the summation orders of llama.cpp's x86 backend (ggml's f32 dot, its softmax and
+//! `expf`, the value sums in its dot's 32 lanes — or, with `Numerics::LlamaCpp`, tinyBLAS's 8
+//! lanes for a batch, as llama.cpp does). Larger batches in `Numerics::Fast` run two GEMMs,
+//! `Sᵀ = K·Qᵀ` over every cell (invisible ones then −∞), softmax per row, `O = P·V`: the same
+//! products in another order.
 
 use crate::kv::LayerCache;
-use crate::ops;
 use crate::scratch::fit;
+use statelm_quant::kernels::scalar::{hsum8, reduce_dot_partials};
 use statelm_quant::{BMatrix, Kernels, QuantError, ThreadPool};
 use std::sync::Mutex;
 
@@ -118,8 +120,10 @@ pub(crate) fn attend(
     kf: &mut Vec<f32>,
     vf: &mut Vec<f32>,
     tasks: &mut Vec<Mutex<AttnScratch>>,
+    exact: bool,
 ) -> Result<(), QuantError> {
     let n = out.len() / (s.n_head * s.v_head_dim);
+    let gemm = n >= GEMM_MIN_QUERIES && !exact;
     // The GEMM path reads the cache as two f32 matrices; small batches (decode) read it row by
     // row into L1-sized buffers instead of converting it all on every step.
     let (cells, kd, vd) = (
@@ -127,7 +131,7 @@ pub(crate) fn attend(
         s.n_head_kv * s.head_dim,
         s.n_head_kv * s.v_head_dim,
     );
-    let (kf, vf): (&[f32], &[f32]) = if n >= GEMM_MIN_QUERIES {
+    let (kf, vf): (&[f32], &[f32]) = if gemm {
         let kf = fit(kf, cells * kd);
         cache.read_all_k(kf);
         let vf = fit(vf, cells * vd);
@@ -150,7 +154,7 @@ pub(crate) fn attend(
     pool.run(count, &|i| {
         let mut sc = tasks[i].lock().unwrap_or_else(|e| e.into_inner());
         let t = task(s, pool.n_threads(), i);
-        sc.error = attend_task(s, &kv, q, p0, n, t, &mut sc).err();
+        sc.error = attend_task(s, &kv, (q, p0, n), t, (gemm, exact), &mut sc).err();
     });
     let dv = s.v_head_dim;
     for (i, slot) in tasks.iter().enumerate() {
@@ -174,14 +178,14 @@ fn is_visible(s: &AttentionShape, qpos: u32, p: u32) -> bool {
 }
 
 /// One task of [`attend`]: `softmax(mask(scale · Q Kᵀ)) V` for query heads `t.h0..t.h1` of all
-/// `n` tokens, rows ordered token-major, into `sc.out [n·heads, Dv]`.
+/// `n` tokens `q [n, H·D]` at positions `p0..`, rows ordered token-major, into
+/// `sc.out [n·heads, Dv]`, by GEMMs or by dots.
 fn attend_task(
     s: &AttentionShape,
     kv: &KvView<'_>,
-    q: &[f32],
-    p0: usize,
-    n: usize,
+    (q, p0, n): (&[f32], usize, usize),
     t: Task,
+    (gemm, exact): (bool, bool),
     sc: &mut AttnScratch,
 ) -> Result<(), QuantError> {
     let (d, dv) = (s.head_dim, s.v_head_dim);
@@ -195,10 +199,6 @@ fn attend_task(
     for (tok, dst) in qs.chunks_exact_mut(heads * d).enumerate() {
         dst.copy_from_slice(&q[(tok * s.n_head + t.h0) * d..][..heads * d]);
     }
-    if n < GEMM_MIN_QUERIES {
-        attend_rows_by_dots(s, kv, p0, rows, heads, t.kvh, sc);
-        return Ok(());
-    }
     // Blocks of QUERY_BLOCK tokens bound the score buffers (`rows × cells`) whatever the
     // batch; each row's arithmetic does not depend on its block.
     let AttnScratch {
@@ -207,6 +207,7 @@ fn attend_task(
         scores,
         out,
         panels,
+        row,
         ..
     } = sc;
     let out = fit(out, rows * dv);
@@ -220,7 +221,15 @@ fn attend_task(
         };
         let qs = &qbuf[r0 * d..(r0 + rb) * d];
         let o = &mut out[r0 * dv..(r0 + rb) * dv];
-        attend_block_gemm(s, kv, &block, qs, (st, scores, panels), o)?;
+        if gemm {
+            attend_block_gemm(s, kv, &block, qs, (st, scores, panels), o)?;
+        } else {
+            // The value sums keep ggml's lanes: its `vec_dot_f32` for one token (and for any
+            // batch unless `exact`, so a batch equals its tokens one by one), tinyBLAS's 8-lane
+            // tiles for a batch when `exact`.
+            let lanes = if n > 1 && exact { 8 } else { 32 };
+            attend_block_by_dots(s, kv, &block, qs, lanes, (scores, st, row), o);
+        }
     }
     Ok(())
 }
@@ -278,7 +287,7 @@ fn attend_block_gemm(
                 f32::NEG_INFINITY
             };
         }
-        ops::softmax(row);
+        kernels.softmax_f32(row);
     }
     // O [rows, Dv] = P · V_kvh
     let values = BMatrix::Cols {
@@ -288,59 +297,68 @@ fn attend_block_gemm(
     kernels.gemm_f32_with(rows, dv, cells, scores, cells, values, o, dv, panels)
 }
 
-/// The small-batch (decode) path of [`attend_task`], on the queries already in `sc.q`: per
-/// visible cell, one dot per query row and one `axpy` of the value row per query row, cells in
-/// ascending order. Each key and value row is read from the cache (converted from its storage
-/// type) once into an L1-sized buffer for all the rows — no whole-cache f32 copy per step; each
-/// row's arithmetic is the same whatever the batch, so a small batch equals decode bit for bit.
-fn attend_rows_by_dots(
+/// The dot path for one block of query rows `qs [rows, D]` (token-major) into `o [rows, Dv]`,
+/// in llama.cpp's summation orders: per cell, one [`Kernels::dot_f32`] per query row; a
+/// [`Kernels::softmax_f32`] per row; per cell, one `axpy` of the value row into partial sum
+/// `cell % lanes` of each query row, the partials then reduced as ggml's dot (32 lanes) or
+/// tinyBLAS (8 lanes) reduce them. Each key and value row is read from the cache (converted from
+/// its storage type) once into an L1-sized buffer for all the rows — no whole-cache f32 copy.
+/// A row's arithmetic does not depend on the other rows, so for one `lanes` value a batch
+/// equals its tokens one by one bit for bit.
+fn attend_block_by_dots(
     s: &AttentionShape,
     kv: &KvView<'_>,
-    p0: usize,
-    rows: usize,
-    heads: usize,
-    kvh: usize,
-    sc: &mut AttnScratch,
+    b: &Block,
+    qs: &[f32],
+    lanes: usize,
+    (scores, partials, row): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<f32>),
+    o: &mut [f32],
 ) {
     let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
+    let rows = qs.len() / d;
     let kernels = Kernels::global();
-    let AttnScratch {
-        q,
-        scores,
-        out,
-        row,
-        ..
-    } = sc;
     let scores = fit(scores, rows * cells);
-    let queries = &q[..rows * d];
     let key = fit(row, d);
+    let visible = |r: usize, p: u32| is_visible(s, (b.p0 + r / b.heads) as u32, p);
     for (c, &p) in kv.pos.iter().enumerate() {
-        let visible = |r: usize| is_visible(s, (p0 + r / heads) as u32, p);
-        if (0..rows).any(visible) {
-            kv.cache.read_k(c, kvh * d, key);
+        if (0..rows).any(|r| visible(r, p)) {
+            kv.cache.read_k(c, b.kvh * d, key);
         }
-        for (r, qr) in queries.chunks_exact(d).enumerate() {
-            scores[r * cells + c] = if visible(r) {
+        for (r, qr) in qs.chunks_exact(d).enumerate() {
+            scores[r * cells + c] = if visible(r, p) {
                 kernels.dot_f32(qr, key) * s.scale
             } else {
                 f32::NEG_INFINITY
             };
         }
     }
-    scores.chunks_exact_mut(cells).for_each(ops::softmax);
-    let o = fit(out, rows * dv);
-    o.fill(0.0);
+    scores
+        .chunks_exact_mut(cells)
+        .for_each(|r| kernels.softmax_f32(r));
+    // partials [rows, lanes, Dv]
+    let acc = fit(partials, rows * lanes * dv);
+    acc.fill(0.0);
     for c in 0..cells {
         if (0..rows).all(|r| scores[r * cells + c] == 0.0) {
             continue;
         }
         let value = fit(row, dv);
-        kv.cache.read_v(c, kvh * dv, value);
-        for (r, out) in o.chunks_exact_mut(dv).enumerate() {
+        kv.cache.read_v(c, b.kvh * dv, value);
+        for (r, acc_r) in acc.chunks_exact_mut(lanes * dv).enumerate() {
             let w = scores[r * cells + c];
             if w != 0.0 {
-                kernels.axpy_f32(out, w, value);
+                let lane = (c % lanes) * dv;
+                kernels.axpy_f32(&mut acc_r[lane..lane + dv], w, value);
             }
+        }
+    }
+    for (acc_r, o_r) in acc.chunks_exact(lanes * dv).zip(o.chunks_exact_mut(dv)) {
+        for (j, out) in o_r.iter_mut().enumerate() {
+            *out = if lanes == 32 {
+                reduce_dot_partials(&std::array::from_fn(|l| acc_r[l * dv + j]))
+            } else {
+                hsum8(&std::array::from_fn(|l| acc_r[l * dv + j]))
+            };
         }
     }
 }
@@ -405,8 +423,10 @@ mod tests {
         };
         let pool = ThreadPool::new(2);
         let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
-        for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
-            // A 48-cell ring: the batches of 33 and 40 take the GEMM path, the others the dots.
+        let cases = [KvType::F32, KvType::F16, KvType::Q8_0].map(|ty| (ty, false));
+        for (ty, exact) in cases.into_iter().chain([(KvType::F32, true)]) {
+            // A 48-cell ring: the batches of 33 and 40 take the GEMM path (the dots when
+            // `exact`), the others the dots.
             let mut cache = LayerCache::new(ty, 64, 64, 48);
             let (mut kf, mut vf, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
             let mut p0 = 0;
@@ -420,7 +440,7 @@ mod tests {
                 let q: Vec<f32> = (0..n * 4 * 32).map(|i| val(p0 * 1000 + i + 7)).collect();
                 let mut out = vec![0f32; n * 4 * 32];
                 attend(
-                    &pool, &s, &cache, &q, p0, &mut out, &mut kf, &mut vf, &mut tasks,
+                    &pool, &s, &cache, &q, p0, &mut out, &mut kf, &mut vf, &mut tasks, exact,
                 )
                 .unwrap();
                 let want = naive(&s, &cache, &q, p0, n);

@@ -9,7 +9,7 @@ use crate::ops;
 use crate::scratch::{fit, Scratch};
 use crate::state::State;
 use crate::weights::{LayerWeights, TensorRef, Weights};
-use crate::ModelError;
+use crate::{ModelError, Numerics};
 use statelm_gguf::GgufFile;
 use statelm_quant::ThreadPool;
 
@@ -25,6 +25,7 @@ pub(crate) struct BatchCtx<'a> {
     pub config: &'a ModelConfig,
     pub weights: &'a Weights,
     pub pool: &'a ThreadPool,
+    pub numerics: Numerics,
 }
 
 /// Runs `tokens` (positions `state.n_cached..`) through the decoder, appending their keys and
@@ -40,6 +41,7 @@ pub(crate) fn forward_batch(
     let c = ctx.config;
     let n = tokens.len();
     let p0 = state.n_cached;
+    state.scratch.acts.f32_gemm = ctx.numerics == Numerics::Fast;
     embed(ctx, tokens, fit(&mut state.scratch.x, n * c.n_embd))?;
     record(trace, None, "embd", n, &state.scratch.x[..n * c.n_embd]);
     for (il, lw) in ctx.weights.layers.iter().enumerate() {
@@ -212,6 +214,7 @@ fn attention_block(
         &mut sc.kf,
         &mut sc.vf,
         &mut sc.attn,
+        ctx.numerics == Numerics::LlamaCpp,
     )?;
     record(
         trace,
@@ -230,7 +233,9 @@ fn attention_block(
         n,
         &mut sc.xb2,
     )?;
-    add_residual(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
+    post_norm(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
+    record(trace, Some(il), "attn_post_norm", n, &sc.xb2[..n * e]);
+    add_residual(sc, n * e);
     record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
     Ok(())
 }
@@ -261,12 +266,17 @@ fn ffn_block(
         n,
         [&mut sc.hb, &mut sc.hb2],
     )?;
-    let act = match c.ffn_activation {
-        FfnActivation::Silu => ops::silu,
-        FfnActivation::GeluTanh => ops::gelu_tanh_f16,
-    };
+    record(trace, Some(il), "ffn_gate", n, &sc.hb[..n * c.n_ff]);
+    record(trace, Some(il), "ffn_up", n, &sc.hb2[..n * c.n_ff]);
     let (hb, hb2) = (&mut sc.hb[..n * c.n_ff], &sc.hb2[..n * c.n_ff]);
-    hb.iter_mut().zip(hb2).for_each(|(g, u)| *g = act(*g) * u);
+    match c.ffn_activation {
+        FfnActivation::Silu => statelm_quant::Kernels::global().silu_mul_f32(hb, hb2),
+        FfnActivation::GeluTanh => hb
+            .iter_mut()
+            .zip(hb2)
+            .for_each(|(g, u)| *g = ops::gelu_tanh_f16(*g) * u),
+    }
+    record(trace, Some(il), "ffn_geglu", n, &sc.hb[..n * c.n_ff]);
     // down: [n, E]
     sc.acts.invalidate();
     project(
@@ -277,18 +287,26 @@ fn ffn_block(
         n,
         &mut sc.xb2,
     )?;
-    add_residual(sc, lw.post_ffn_norm.as_deref(), n * e, e, c.norm_eps);
+    record(trace, Some(il), "ffn_out", n, &sc.xb2[..n * e]);
+    post_norm(sc, lw.post_ffn_norm.as_deref(), n * e, e, c.norm_eps);
+    record(trace, Some(il), "ffn_post_norm", n, &sc.xb2[..n * e]);
+    add_residual(sc, n * e);
     record(trace, Some(il), "l_out", n, &sc.x[..n * e]);
     Ok(())
 }
 
-/// `x += post_norm(xb2)` over `len` elements of rows of width `e` (the norm only for Gemma 3).
-fn add_residual(sc: &mut Scratch, post_norm: Option<&[f32]>, len: usize, e: usize, eps: f32) {
-    let o = &mut sc.xb2[..len];
+/// `xb2 = post_norm(xb2)` over `len` elements of rows of width `e` (Gemma 3 has the norm).
+fn post_norm(sc: &mut Scratch, post_norm: Option<&[f32]>, len: usize, e: usize, eps: f32) {
     if let Some(w) = post_norm {
-        o.chunks_exact_mut(e)
+        sc.xb2[..len]
+            .chunks_exact_mut(e)
             .for_each(|r| ops::rms_norm_in_place(r, w, eps));
     }
+}
+
+/// `x += xb2` over `len` elements (the residual connection).
+fn add_residual(sc: &mut Scratch, len: usize) {
+    let o = &sc.xb2[..len];
     sc.x[..len]
         .iter_mut()
         .zip(o.iter())

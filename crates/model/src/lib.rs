@@ -36,7 +36,9 @@ mod weights;
 pub use config::{Arch, ModelConfig};
 pub use forward::Trace;
 pub use kv::KvType;
-pub use model::{default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model};
+pub use model::{
+    default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model, Numerics,
+};
 pub use snapshot::{write_file_atomic, SnapshotError};
 pub use state::{RetainMethod, RetainOutcome, State, StateOptions};
 pub use weights::Weights;

@@ -22,6 +22,8 @@ pub struct LoadOptions {
     /// Largest number of tokens a prefill processes at once (also the extra cells of a
     /// sliding-window ring).
     pub ubatch: usize,
+    /// How prefill batches sum their products.
+    pub numerics: Numerics,
 }
 
 impl Default for LoadOptions {
@@ -29,8 +31,23 @@ impl Default for LoadOptions {
         LoadOptions {
             threads: 0,
             ubatch: 512,
+            numerics: Numerics::Fast,
         }
     }
+}
+
+/// How a forward pass orders its floating-point sums. Decode steps and batches below
+/// 32 tokens are the same in both modes: every product sums in the order of llama.cpp's x86
+/// AVX2 CPU backend (ggml's dot, softmax and quantized kernels). The modes differ in prefill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Numerics {
+    /// Batches of 32 tokens or more run f32 GEMMs (dequantized activations, cache-blocked
+    /// attention): the same products in another order, several times faster.
+    #[default]
+    Fast,
+    /// Every batch keeps llama.cpp's order, so logits can be compared with llama.cpp bit for
+    /// bit (parity tests); prefill is slower.
+    LlamaCpp,
 }
 
 /// Which logits a forward call returns.
@@ -114,6 +131,7 @@ pub struct Model {
     pool: Mutex<ThreadPool>,
     n_threads: usize,
     ubatch: usize,
+    numerics: Numerics,
     fingerprint: [u8; 32],
 }
 
@@ -159,6 +177,7 @@ impl Model {
             pool: Mutex::new(ThreadPool::new(n_threads)),
             n_threads,
             ubatch: opts.ubatch.max(1),
+            numerics: opts.numerics,
             fingerprint,
             file,
         })
@@ -257,6 +276,7 @@ impl Model {
             config: &self.config,
             weights: &self.weights,
             pool: &pool,
+            numerics: self.numerics,
         };
         logits.n_vocab = self.config.n_vocab;
         logits.data.clear();

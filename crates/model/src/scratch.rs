@@ -4,7 +4,7 @@
 use crate::attention::AttnScratch;
 use crate::rope::RopeAngles;
 use statelm_gguf::GgmlType;
-use statelm_quant::{QMatrix, QuantizedActs, ThreadPool};
+use statelm_quant::{BatchOrder, QMatrix, QuantizedActs, ThreadPool};
 use std::fmt;
 use std::sync::Mutex;
 
@@ -88,6 +88,9 @@ impl Scratch {
 #[derive(Default)]
 pub(crate) struct ActsCache {
     entries: Vec<ActsEntry>,
+    /// `Numerics::Fast` (set per batch): large batches may take the f32 GEMM, small ones sum
+    /// exactly as single-token decode; otherwise batches sum in llama.cpp's batch order.
+    pub f32_gemm: bool,
 }
 
 /// One vec-dot type's copy of the current input.
@@ -198,7 +201,7 @@ impl ActsCache {
         let idx = self.quantized_for(w, x, n)?;
         let e = &mut self.entries[idx];
         let kernels = statelm_quant::Kernels::global();
-        if n >= statelm_quant::GEMM_MIN_VECS && kernels.prefers_f32_gemm() {
+        if self.f32_gemm && n >= statelm_quant::GEMM_MIN_VECS && kernels.prefers_f32_gemm() {
             let xq = fit(&mut e.dequantized, n * w.cols());
             if !e.fresh.1 {
                 e.quantized.dequantize(xq)?;
@@ -208,7 +211,12 @@ impl ActsCache {
         } else if n == 1 {
             statelm_quant::matvec(pool, w, &e.quantized, y)
         } else {
-            statelm_quant::matmul(pool, w, &e.quantized, y)
+            let order = if self.f32_gemm {
+                BatchOrder::Invariant
+            } else {
+                BatchOrder::Ggml
+            };
+            kernels.matmul_in(pool, w, &e.quantized, y, order)
         }
     }
 }

@@ -291,6 +291,7 @@ mod tests {
             &LoadOptions {
                 threads: 1,
                 ubatch: 4,
+                ..LoadOptions::default()
             },
         )
         .unwrap();

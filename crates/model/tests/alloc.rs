@@ -46,6 +46,7 @@ fn decode_steps_allocate_only_when_a_buffer_doubles() {
             &LoadOptions {
                 threads: 2,
                 ubatch: 8,
+                ..LoadOptions::default()
             },
         )
         .unwrap();

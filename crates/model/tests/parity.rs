@@ -8,33 +8,46 @@
 mod common;
 
 use common::teacher_force_file;
-use statelm_model::{testing, KvType, LoadOptions, Model};
+use statelm_model::{testing, KvType, LoadOptions, Model, Numerics};
 
-/// Bars the f32 run must meet: (top-1 agreement, mean |Δlogit|).
-///
-/// The issue's bar is (0.99, 0.1). Qwen meets the mean but not quite the top-1 share; Gemma 3
-/// 270M meets neither, and cannot by precision alone: our own scalar and AVX2 kernels, which
-/// differ by ~1e-5 relative per dot product, already give Gemma logits 0.2–0.3 apart, the same
-/// spread as llama.cpp's f16-KV run against its f32-KV run (reference README). Below that level
-/// only a bit-exact copy of ggml's summation order would do — and of the build that made the
-/// reference: llama.cpp 0.3.36 compiled on this machine (AVX2) scores only 97.1% / 0.181 on Gemma
-/// and 99.3% / 0.061 on Qwen against these files (`tools/parity`). The asserted bars are what we
-/// hold today; tightening them is tracked on the issue.
+/// The issue's bar for the f32 run: (top-1 agreement, mean |Δlogit|).
+const F32_BAR: (f64, f64) = (0.99, 0.1);
+
+/// Holds a model to the bars. With `Numerics::LlamaCpp` every product sums in the order of
+/// llama.cpp's x86 backend at the reference's commit (llama-cpp-python 0.3.35 reproduces the
+/// reference files exactly; `tools/parity`), so the f32 run is bit-identical to the reference
+/// except where the caches' cell layouts differ (Gemma's sliding-window ring on the two long
+/// prompts). `fast_bar` holds the default `Numerics::Fast` (f32 GEMM prefill) to the spread
+/// of llama.cpp's own settings, as before.
 fn check(
     path: Option<std::path::PathBuf>,
     reference: &str,
-    f32_bar: (f64, f64),
+    fast_bar: (f64, f64),
     llama_default: (f64, f64),
 ) {
     let Some(path) = path else { return };
-    let model = Model::load(path, &LoadOptions::default()).unwrap();
+    let load = |numerics| {
+        let opts = LoadOptions {
+            numerics,
+            ..LoadOptions::default()
+        };
+        Model::load(&path, &opts).unwrap()
+    };
+    let fast = teacher_force_file(&load(Numerics::Fast), reference, KvType::F32);
+    eprintln!(
+        "{reference}: fast numerics, f32 KV top-1 {:.4}, mean |Δ| {:.4}",
+        fast.top1(),
+        fast.mean_abs()
+    );
+    assert!(fast.top1() >= fast_bar.0 && fast.mean_abs() <= fast_bar.1);
+    let model = load(Numerics::LlamaCpp);
     let f32kv = teacher_force_file(&model, reference, KvType::F32);
     eprintln!(
         "{reference}: f32 KV top-1 {:.4}, mean |Δ| {:.4}",
         f32kv.top1(),
         f32kv.mean_abs()
     );
-    let (top1_bar, mean_bar) = f32_bar;
+    let (top1_bar, mean_bar) = F32_BAR;
     assert!(
         f32kv.top1() >= top1_bar,
         "f32 KV top-1 agreement {:.3} < {top1_bar}",

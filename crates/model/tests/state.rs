@@ -16,7 +16,11 @@ fn synthetic_with(spec: SyntheticSpec, ubatch: usize) -> (tempfile::TempDir, Arc
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     write_synthetic_model(&path, &spec).unwrap();
-    let opts = LoadOptions { threads: 2, ubatch };
+    let opts = LoadOptions {
+        threads: 2,
+        ubatch,
+        ..LoadOptions::default()
+    };
     (dir, Model::load(&path, &opts).unwrap())
 }
 

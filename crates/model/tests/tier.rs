@@ -208,6 +208,7 @@ fn applying_a_tier_picks_or_requantizes_a_variant() {
     let opts = LoadOptions {
         threads: 1,
         ubatch: 8,
+        ..LoadOptions::default()
     };
     let (small, big) = (
         DeviceMemory::new(4 * GIB, None),

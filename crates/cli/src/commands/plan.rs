@@ -153,6 +153,7 @@ fn tier_lines(
     let load = LoadOptions {
         threads: o.threads,
         ubatch: o.ubatch,
+        ..LoadOptions::default()
     };
     let d = default_tier(mem, ov);
     let f = choose_tier(&variants, mem, TierPolicy::Fit, ov, &load)?;
