@@ -5,6 +5,7 @@ step's token decoded alone), top-1 agreement and mean |Δlogit| over each step's
 f32 KV cache and plain attention by default, like the `.f32kv-nofa` files.
 
     python3 tools/parity/llama_score.py MODEL.gguf ../shared/reference/logits-X.f32kv-nofa.json
+    python3 tools/parity/llama_score.py --one-by-one MODEL.gguf REF.json   # prompt token by token
 """
 import json
 import sys
@@ -12,9 +13,11 @@ import sys
 import llama_cpp as L
 import numpy as np
 
+ONE_BY_ONE = "--one-by-one" in sys.argv
+
 
 def main():
-    model_path, ref_path = sys.argv[1], sys.argv[2]
+    model_path, ref_path = [a for a in sys.argv[1:] if not a.startswith("--")]
     refs = json.load(open(ref_path))
     L.llama_backend_init()
     model = L.llama_model_load_from_file(model_path.encode(), L.llama_model_default_params())
@@ -41,7 +44,11 @@ def main():
     diff_sum = 0.0
     for p in refs:
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
-        logits = feed(p["prompt_ids"], 0)
+        if ONE_BY_ONE:
+            for i, tok in enumerate(p["prompt_ids"]):
+                logits = feed([tok], i)
+        else:
+            logits = feed(p["prompt_ids"], 0)
         pos = len(p["prompt_ids"])
         a, d = 0, 0.0
         for k, st in enumerate(p["steps"]):

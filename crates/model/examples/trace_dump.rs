@@ -2,7 +2,7 @@
 //! `OUT.bin` (f32 little-endian) and `OUT.json` (name, layer, tokens, offset, length), so a
 //! mismatch against another implementation can be bisected layer by layer.
 //! `cargo run --release -p statelm-model --example trace_dump -- MODEL OUT 2,818,5279 [f32|f16]`
-use statelm_model::{ForwardOptions, KvType, LoadOptions, Model, StateOptions, Trace};
+use statelm_model::{ForwardOptions, KvType, LoadOptions, Model, Numerics, StateOptions, Trace};
 use std::io::Write;
 
 /// Collects the records in memory.
@@ -27,7 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, model, out, tokens, rest @ ..] = a.as_slice() else {
         return Err("usage: trace_dump MODEL OUT TOKENS [kv-type]".into());
     };
-    let model = Model::load(model, &LoadOptions::default())?;
+    let opts = LoadOptions {
+        numerics: Numerics::LlamaCpp,
+        ..LoadOptions::default()
+    };
+    let model = Model::load(model, &opts)?;
     let toks = tokens
         .split(',')
         .map(str::parse::<u32>)
