@@ -46,7 +46,8 @@ pub enum Numerics {
     #[default]
     Fast,
     /// Every batch keeps llama.cpp's order, so logits can be compared with llama.cpp bit for
-    /// bit (parity tests); prefill is slower.
+    /// bit (parity tests); prefill is slower, and sliding-window layers keep full-size caches
+    /// as llama.cpp's default does (its cell order is part of its summation order).
     LlamaCpp,
 }
 
@@ -229,7 +230,16 @@ impl Model {
 
     /// A new, empty state.
     pub fn new_state_with(&self, opts: StateOptions) -> Result<State, ModelError> {
-        State::new(self.config.clone(), self.fingerprint, opts, self.ubatch)
+        // llama.cpp's default (`swa_full`) keeps full-size caches on sliding-window layers; its
+        // numerics need its cell order, so `Numerics::LlamaCpp` does the same.
+        let full_swa = self.numerics == Numerics::LlamaCpp;
+        State::new(
+            self.config.clone(),
+            self.fingerprint,
+            opts,
+            self.ubatch,
+            full_swa,
+        )
     }
 
     /// Runs `tokens` after what `state` holds and returns the last token's logits.

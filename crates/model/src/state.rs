@@ -85,6 +85,7 @@ impl State {
         fingerprint: [u8; 32],
         opts: StateOptions,
         ubatch: usize,
+        full_swa: bool,
     ) -> Result<State, ModelError> {
         if opts.kv_type == KvType::Q8_0
             && (config.head_dim % 32 != 0 || config.v_head_dim % 32 != 0)
@@ -97,7 +98,9 @@ impl State {
         let layers = (0..config.n_layer)
             .map(|il| {
                 let cells = match config.sliding_window {
-                    Some(w) if config.is_swa_layer(il) => (w + ubatch).min(opts.capacity),
+                    Some(w) if config.is_swa_layer(il) && !full_swa => {
+                        (w + ubatch).min(opts.capacity)
+                    }
                     _ => opts.capacity,
                 };
                 LayerCache::new(opts.kv_type, config.k_dim(), config.v_dim(), cells.max(1))

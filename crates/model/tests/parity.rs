@@ -16,8 +16,7 @@ const F32_BAR: (f64, f64) = (0.99, 0.1);
 /// Holds a model to the bars. With `Numerics::LlamaCpp` every product sums in the order of
 /// llama.cpp's x86 backend at the reference's commit (llama-cpp-python 0.3.35 reproduces the
 /// reference files exactly; `tools/parity`), so the f32 run is bit-identical to the reference
-/// except where the caches' cell layouts differ (Gemma's sliding-window ring on the two long
-/// prompts). `fast_bar` holds the default `Numerics::Fast` (f32 GEMM prefill) to the spread
+/// (both models: 100% / 0.0000). `fast_bar` holds the default `Numerics::Fast` (f32 GEMM prefill) to the spread
 /// of llama.cpp's own settings, as before.
 fn check(
     path: Option<std::path::PathBuf>,
