@@ -10,6 +10,7 @@ use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
     scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, PanelFn, QuantFn, SoftmaxFn, TileFn, VecDotFn,
 };
+use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
 use std::sync::OnceLock;
 
@@ -229,6 +230,16 @@ impl Kernels {
             GgmlType::Q5_K => d.q5_k,
             GgmlType::Q6_K => d.q6_k,
             _ => None,
+        }
+    }
+
+    /// The four-vector kernel a batch summing in `order` may use: Q4_K's follows ggml's 4-row
+    /// GEMM, which sums in another order than its single dot (ggml's GEMV), so a batch-invariant
+    /// product does without it; the other formats' four-vector kernels equal their dots.
+    pub(crate) fn batch_dot4_fn(&self, w: GgmlType, order: BatchOrder) -> Option<Dot4Fn> {
+        match (w, order) {
+            (GgmlType::Q4_K, BatchOrder::Invariant) => None,
+            _ => self.dot4_fn(w),
         }
     }
 

@@ -12,7 +12,6 @@ use crate::error::{check_len, QuantError};
 use crate::kernels::{Dot4Fn, DotFn, TileFn};
 use crate::matrix::{QMatrix, QuantizedActs};
 use crate::pool::ThreadPool;
-use statelm_gguf::GgmlType;
 
 /// Chunk sizes are multiples of this many rows.
 pub const ROW_ALIGN: usize = 16;
@@ -191,15 +190,9 @@ impl Kernels {
         order: BatchOrder,
     ) -> Result<(), QuantError> {
         let dot = self.prepare(w, acts)?;
-        // Q4_K's four-vector kernel follows ggml's 4-row GEMM, which sums in another order
-        // than its single dot (ggml's GEMV); the other formats' tiles equal their dots.
-        let reordered = w.ty() == GgmlType::Q4_K;
         let fns = TileFns {
             dot,
-            dot4: match order {
-                BatchOrder::Invariant if reordered => None,
-                _ => self.dot4_fn(w.ty()),
-            },
+            dot4: self.batch_dot4_fn(w.ty(), order),
             tile: self.tile_fn(w.ty()),
         };
         let (rows, n) = (w.rows(), acts.n());

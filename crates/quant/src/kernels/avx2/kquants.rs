@@ -51,18 +51,25 @@ where
     sum
 }
 
-/// `Σ_j sc_j Σ q y` for Q4_K/Q5_K given the codes of each 64-element chunk
-/// (low half, high half).
+/// `sc_{2c} Σ q y + sc_{2c+1} Σ q y` over 64-element chunk `c` (two sub-blocks) of a Q4_K/Q5_K
+/// super-block, as 8 i32 lanes, given the chunk's codes (low half, high half).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn affine_chunk(y: &[u8], sc: &[u8; 8], [lo, hi]: [__m256i; 2], c: usize) -> __m256i {
+    let p0 = _mm256_maddubs_epi16(lo, load256(at(y, 4 + 64 * c)));
+    let p1 = _mm256_maddubs_epi16(hi, load256(at(y, 36 + 64 * c)));
+    let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * c])));
+    let p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * c + 1])));
+    _mm256_add_epi32(p0, p1)
+}
+
+/// `Σ_j sc_j Σ q y` for Q4_K/Q5_K given the codes of each 64-element chunk.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn affine_isum(y: &[u8], sc: &[u8; 8], codes: &[[__m256i; 2]; 4]) -> i32 {
     let mut sumi = _mm256_setzero_si256();
-    for (c, [lo, hi]) in codes.iter().enumerate() {
-        let p0 = _mm256_maddubs_epi16(*lo, load256(at(y, 4 + 64 * c)));
-        let p1 = _mm256_maddubs_epi16(*hi, load256(at(y, 36 + 64 * c)));
-        let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * c])));
-        let p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * c + 1])));
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    for (c, &code) in codes.iter().enumerate() {
+        sumi = _mm256_add_epi32(sumi, affine_chunk(y, sc, code, c));
     }
     hsum_epi32(sumi)
 }
@@ -97,16 +104,8 @@ fn q4_k_chunk_sums(
 ) -> [(i32, i32); 4] {
     let b = q8k_bsums(y);
     std::array::from_fn(|c| {
-        let [lo, hi] = codes[c];
-        let p0 = _mm256_maddubs_epi16(lo, load256(at(y, 4 + 64 * c)));
-        let p1 = _mm256_maddubs_epi16(hi, load256(at(y, 36 + 64 * c)));
-        let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * c])));
-        let p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * c + 1])));
-        let m = |j: usize| i32::from(mn[j]) * (i32::from(b[2 * j]) + i32::from(b[2 * j + 1]));
-        (
-            hsum_epi32(_mm256_add_epi32(p0, p1)),
-            m(2 * c) + m(2 * c + 1),
-        )
+        let isum = hsum_epi32(affine_chunk(y, sc, codes[c], c));
+        (isum, min_sum(&mn[2 * c..2 * c + 2], &b[4 * c..4 * c + 4]))
     })
 }
 

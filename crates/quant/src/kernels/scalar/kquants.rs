@@ -60,9 +60,10 @@ pub fn dot_q3_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// `Σ_j m_j (bsum_{2j} + bsum_{2j+1})`: the min correction of Q4_K/Q5_K.
+/// `Σ_j m_j (bsum_{2j} + bsum_{2j+1})`: the min correction of Q4_K/Q5_K (of a whole
+/// super-block, or of the sub-blocks whose mins and 16-element bsums are given).
 #[inline(always)]
-pub(crate) fn min_sum(mn: &[u8; 8], bsums: &[i16; 16]) -> i32 {
+pub(crate) fn min_sum(mn: &[u8], bsums: &[i16]) -> i32 {
     mn.iter()
         .enumerate()
         .map(|(j, &m)| i32::from(m) * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1])))
@@ -96,10 +97,7 @@ pub fn dot4_q4_k_q8_k(_n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
             for c in 0..4 {
                 let r = 64 * c..64 * (c + 1);
                 let isum = grouped_isum(&q[r.clone()], &y.qs[r], &sc[2 * c..2 * c + 2], 32);
-                let sub = |j: usize| {
-                    i32::from(mn[j]) * (i32::from(y.bsums[2 * j]) + i32::from(y.bsums[2 * j + 1]))
-                };
-                let msum = sub(2 * c) + sub(2 * c + 1);
+                let msum = min_sum(&mn[2 * c..2 * c + 2], &y.bsums[4 * c..4 * c + 4]);
                 acc = (isum as f32).mul_add(d, acc);
                 acc_min = (msum as f32).mul_add(dmin, acc_min);
             }
