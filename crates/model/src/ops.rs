@@ -1,4 +1,5 @@
-//! Element-wise operations of the decoder: norms, activations, softmax.
+//! Element-wise operations of the decoder: norms, GELU, log-sum-exp (softmax and SwiGLU are
+//! `statelm_quant` kernels).
 
 /// `1 / sqrt(mean(x²) + eps)`, the sum of squares accumulated in f64 (Gemma's residual stream
 /// has values in the thousands; an f32 sum of them loses digits the logits notice).
@@ -23,11 +24,6 @@ pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     for (v, g) in x.iter_mut().zip(w) {
         *v = *v * inv * g;
     }
-}
-
-/// `x * sigmoid(x)`.
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
 }
 
 /// GELU, tanh approximation (as Gemma and ggml use).
@@ -65,22 +61,6 @@ fn gelu_f16_table() -> &'static [u16] {
     })
 }
 
-/// In-place softmax; returns nothing for an empty slice.
-pub fn softmax(x: &mut [f32]) {
-    let Some(max) = x.iter().copied().reduce(f32::max) else {
-        return;
-    };
-    let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
-
 /// `log(sum(exp(x)))`, computed stably.
 pub fn log_sum_exp(x: &[f32]) -> f32 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -91,14 +71,6 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn softmax_sums_to_one() {
-        let mut v = vec![1.0, 2.0, 3.0, -1e9];
-        softmax(&mut v);
-        assert!((v.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert_eq!(v[3], 0.0);
-    }
 
     #[test]
     fn gelu_table_matches_direct_computation() {
@@ -114,7 +86,10 @@ mod tests {
     #[test]
     fn activations() {
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
-        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+        // SiLU runs as a kernel (SwiGLU, `silu(g) · u`).
+        let mut g = [1.0f32];
+        statelm_quant::Kernels::global().silu_mul_f32(&mut g, &[1.0]);
+        assert!((g[0] - 0.731_058_6).abs() < 1e-6);
         assert!((log_sum_exp(&[0.0, 0.0]) - 2f32.ln()).abs() < 1e-6);
     }
 }

@@ -261,6 +261,16 @@ proptest! {
     }
 }
 
+#[test]
+fn softmax_sums_to_one() {
+    for k in [Kernels::scalar(), Kernels::detected()] {
+        let mut v = vec![1.0, 2.0, 3.0, -1e9];
+        k.softmax_f32(&mut v);
+        assert!((v.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert_eq!(v[3], 0.0);
+    }
+}
+
 /// The bit patterns of a slice (NaN-safe equality).
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
