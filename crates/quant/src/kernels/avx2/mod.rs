@@ -134,17 +134,6 @@ pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
-/// Pairwise sums of `x * y` for signed bytes, as 8 i32 lanes (exact when `y`
-/// is in -127..=127: the sign trick moves `x`'s sign onto `y` so `maddubs`
-/// sees `|x| <= 128` unsigned).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256i {
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
-}
-
 /// Pairwise sums of `x * y` for unsigned `x` and signed `y`, as 8 i32 lanes
 /// (exact while `2 * x * y` fits i16: `x <= 127`, or `x <= 63` for any `y`).
 #[inline]
@@ -154,14 +143,43 @@ pub(crate) fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256i {
 }
 
 /// Expands 16 bytes of nibbles to 32 bytes: low nibbles then high nibbles.
+///
+/// The 16 bytes are broadcast to both halves by the load itself
+/// (`vbroadcasti128`) and the upper half shifted by a per-lane shift, which
+/// keeps the expansion off the shuffle port.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn nibbles_32(b: &[u8; 16]) -> __m256i {
-    let t = load128(b);
-    let v = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+    let t = _mm256_broadcastsi128_si256(load128(b));
+    let v = _mm256_srlv_epi32(t, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0));
     _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
 }
 
+/// The half-precision value in the first two of 8 bytes, widened to f32 in
+/// lane 0 (lanes 1–3 hold the next bytes, widened alike).
+///
+/// Written as one memory-operand `vcvtph2ps`: from the intrinsics LLVM
+/// narrows the load to 16 bits and inserts it into whatever register is at
+/// hand (often the loop's accumulator, which puts the conversion on the
+/// loop-carried chain), or merges it with neighbouring loads of the block
+/// and splits them again on the shuffle port.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn half_lane0(b: &[u8; 8]) -> __m128 {
+    let out: __m128;
+    // SAFETY: `b` is 8 readable bytes, exactly what the instruction reads
+    // (no alignment requirement); it writes only `out` and touches no flags
+    // or stack.
+    unsafe {
+        std::arch::asm!(
+            "vcvtph2ps {out}, qword ptr [{src}]",
+            out = lateout(xmm_reg) out,
+            src = in(reg) b.as_ptr(),
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    out
+}
 /// Expands 32 bits to 32 bytes: `0xff` where the bit is set, else `0`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
