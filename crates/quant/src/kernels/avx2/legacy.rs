@@ -96,10 +96,16 @@ q8_0_tile!(tile_q8_0_q8_0, 34, decode_q8_0, false, "Q8_0");
 q8_0_tile!(tile_q4_0_q8_0, 18, decode_q4_0, true, "Q4_0");
 q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, false, "Q5_0");
 
-/// The whole blocks of `s` (a short tail is dropped).
+/// The whole blocks of `s` as arrays (a short tail is dropped), so block
+/// fields at constant offsets need no bounds checks (`<[u8]>::as_chunks`,
+/// which is newer than the workspace's MSRV).
 #[inline(always)]
 fn blocks<const B: usize>(s: &[u8]) -> &[[u8; B]] {
-    s.as_chunks::<B>().0
+    let n = if B == 0 { 0 } else { s.len() / B };
+    // SAFETY: `[u8; B]` has size `B` and alignment 1, so the first `n * B <=
+    // s.len()` bytes of `s` are exactly `n` valid arrays, borrowed for `s`'s
+    // lifetime.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<[u8; B]>(), n) }
 }
 
 /// Pairwise sums of `qx * y` for signed bytes, as 8 i32 lanes, given
