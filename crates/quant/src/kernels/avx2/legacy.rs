@@ -101,7 +101,7 @@ q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, false, "Q5_0");
 /// which is newer than the workspace's MSRV).
 #[inline(always)]
 fn blocks<const B: usize>(s: &[u8]) -> &[[u8; B]] {
-    let n = if B == 0 { 0 } else { s.len() / B };
+    let n = s.len().checked_div(B).unwrap_or(0);
     // SAFETY: `[u8; B]` has size `B` and alignment 1, so the first `n * B <=
     // s.len()` bytes of `s` are exactly `n` valid arrays, borrowed for `s`'s
     // lifetime.
