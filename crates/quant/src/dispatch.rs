@@ -8,7 +8,7 @@
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
-    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, PanelFn, QuantFn, SoftmaxFn, TileFn, VecDotFn,
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, PanelFn, QuantFn, Rows8Fn, SoftmaxFn, TileFn, VecDotFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -54,6 +54,12 @@ struct TileTable {
     q8_0: Option<TileFn>,
 }
 
+/// Eight-row × one-vector kernels (matvec); `None` falls back to single dots.
+#[derive(Clone, Copy, Default)]
+struct Rows8Table {
+    q4_0: Option<Rows8Fn>,
+}
+
 #[derive(Clone, Copy)]
 struct QuantTable {
     f32: QuantFn,
@@ -73,6 +79,7 @@ pub struct Kernels {
     dot: DotTable,
     dot4: Dot4Table,
     tile: TileTable,
+    rows8: Rows8Table,
     quant: QuantTable,
     vec_dot_f32: VecDotFn,
     axpy_f32: AxpyFn,
@@ -112,6 +119,7 @@ impl Kernels {
                 ..Dot4Table::default()
             },
             tile: TileTable::default(),
+            rows8: Rows8Table::default(),
             vec_dot_f32: scalar::dot_f32,
             axpy_f32: scalar::axpy_f32,
             softmax_f32: scalar::softmax_f32,
@@ -170,6 +178,7 @@ impl Kernels {
             q5_0: Some(avx2::tile_q5_0_q8_0),
             q8_0: Some(avx2::tile_q8_0_q8_0),
         };
+        k.rows8.q4_0 = Some(avx2::rows8_q4_0_q8_0);
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
         k.softmax_f32 = avx2::softmax_f32;
@@ -254,6 +263,14 @@ impl Kernels {
         }
     }
 
+    /// The eight-row matvec kernel for weights of type `w`, if this ISA has one.
+    pub(crate) fn rows8_fn(&self, w: GgmlType) -> Option<Rows8Fn> {
+        match w {
+            GgmlType::Q4_0 => self.rows8.q4_0,
+            _ => None,
+        }
+    }
+
     /// The activation quantizer for activation type `a`, if there is one.
     pub(crate) fn quant_fn(&self, a: GgmlType) -> Option<QuantFn> {
         let q = &self.quant;
@@ -313,6 +330,33 @@ impl Kernels {
             // SAFETY: as above.
             None => a.map(|v| unsafe { f(n, w, v) }),
         })
+    }
+
+    /// Dots eight weight rows against one activation vector; bit-identical to
+    /// eight [`Kernels::vec_dot`] calls (uses an eight-row kernel when the ISA
+    /// has one for `w_ty`).
+    pub fn vec_dot_rows8(
+        &self,
+        w_ty: GgmlType,
+        n: usize,
+        w: [&[u8]; 8],
+        a: &[u8],
+    ) -> Result<[f32; 8], QuantError> {
+        let Some(f) = self.rows8_fn(w_ty) else {
+            let mut out = [0f32; 8];
+            for (o, r) in out.iter_mut().zip(w) {
+                *o = self.vec_dot(w_ty, n, r, a)?;
+            }
+            return Ok(out);
+        };
+        let w_bytes = bytes_for(w_ty, n)?;
+        for r in w {
+            check_len("vec_dot weight bytes", w_bytes, r.len())?;
+        }
+        let a_bytes = bytes_for(crate::vec_dot_type(w_ty), n)?;
+        check_len("vec_dot activation bytes", a_bytes, a.len())?;
+        // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
+        Ok(unsafe { f(n, w, a) })
     }
 
     /// Dots two weight rows against four activation vectors (`out[row][vector]`);

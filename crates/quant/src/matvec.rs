@@ -160,10 +160,20 @@ impl Kernels {
             // SAFETY: rows r0..r1 are within job j's output (r1 <= rows = y.len(), checked
             // above), task (j, t) alone writes them, and the outputs outlive pool.run.
             let ys = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0), r1 - r0) };
-            for (r, yr) in (r0..r1).zip(ys) {
+            let mut r = r0;
+            if let Some(rows8) = self.rows8_fn(w.ty()) {
+                for y8 in ys.chunks_exact_mut(8) {
+                    let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
+                    // SAFETY: as for `dot` below.
+                    y8.copy_from_slice(&unsafe { rows8(w.cols(), wr, x) });
+                    r += 8;
+                }
+            }
+            for yr in &mut ys[r - r0..] {
                 // SAFETY: the table's kernels run on this CPU; row and vector lengths were
                 // checked by QMatrix::new and prepare().
                 *yr = unsafe { dot(w.cols(), w.row(r), x) };
+                r += 1;
             }
         });
         Ok(())

@@ -130,6 +130,21 @@ proptest! {
     }
 
     #[test]
+    fn rows8_is_bit_identical_to_eight_dots(t in 0..DOT_TYPES.len(), blocks in 1usize..9, seed in any::<u64>()) {
+        let ty = DOT_TYPES[t];
+        let mut rng = Rng(seed);
+        let n = elems(ty, blocks);
+        let rows: Vec<Vec<u8>> = (0..8).map(|_| random_row(&mut rng, ty, n)).collect();
+        let w = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| rows[i].as_slice());
+        for k in [Kernels::scalar(), Kernels::detected()] {
+            let (acts, _) = quantized_acts(&k, ty, &rng.vec(n));
+            let eight = k.vec_dot_rows8(ty, n, w, &acts).unwrap().map(f32::to_bits);
+            let one = w.map(|r| k.vec_dot(ty, n, r, &acts).unwrap().to_bits());
+            prop_assert_eq!(eight, one, "{} {}", ty, k.isa());
+        }
+    }
+
+    #[test]
     fn float_vector_ops_match_scalar(n in 0usize..300, seed in any::<u64>(), alpha in -4f32..4.0) {
         let (scalar, simd) = (Kernels::scalar(), Kernels::detected());
         let mut rng = Rng(seed);

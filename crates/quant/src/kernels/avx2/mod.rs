@@ -28,7 +28,7 @@ pub use kquants::{
 };
 pub use legacy::{
     dot4_q4_0_q8_0, dot4_q5_0_q8_0, dot4_q8_0_q8_0, dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0,
-    dot_q5_1_q8_1, dot_q8_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
+    dot_q5_1_q8_1, dot_q8_0_q8_0, rows8_q4_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use vector::{axpy_f32, dot_f32, silu_mul_f32, softmax_f32};
@@ -96,10 +96,17 @@ pub(crate) const PREFETCH_DISTANCE: usize = 1024;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch_ahead(s: &[u8], off: usize) {
-    let p = s.as_ptr().wrapping_add(off + PREFETCH_DISTANCE);
-    _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    prefetch_at(s, off.wrapping_add(PREFETCH_DISTANCE));
 }
 
+/// Prefetches the cache line at `s[off]`, which need not be in bounds
+/// (prefetch never faults).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn prefetch_at(s: &[u8], off: usize) {
+    let p = s.as_ptr().wrapping_add(off);
+    _mm_prefetch::<_MM_HINT_T0>(p.cast());
+}
 /// The product of two IEEE halves, converted together by one F16C instruction.
 ///
 /// (Converting a single half via `_mm_cvtsi32_si128` lets LLVM fold the load
