@@ -150,10 +150,8 @@ fn rows8_block_fma<const WB: usize>(
         let mut dx = [0u16; 8];
         for r in 0..8 {
             let x = &xs[r][b];
-            if b % 2 == 0 {
-                // The same place eight rows on: the next group of rows, if they are contiguous.
-                prefetch_at(x, 8 * w[r].len());
-            }
+            // The same place eight rows on: the next group of rows, if they are contiguous.
+            prefetch_at(x, 8 * w[r].len());
             let qx = decode(x);
             p[r] = mul_sum_abs_i8(_mm256_sign_epi8(qx, qx), qx, qy);
             dx[r] = le16(x, 0);
