@@ -8,6 +8,7 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use statelm_gguf::GgmlType;
+use statelm_quant::Kernels;
 
 /// Element type of the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -176,7 +177,7 @@ impl Rows {
         let row = cell * u;
         match &self.data {
             Data::F32(v) => out.copy_from_slice(&v[row + start..row + start + out.len()]),
-            Data::F16(v) => v[row + start..row + start + out.len()].convert_to_f32_slice(out),
+            Data::F16(v) => Kernels::global().f16_to_f32(&v[row + start..][..out.len()], out),
             Data::Q8_0(v) => {
                 let bb = GgmlType::Q8_0.block_bytes();
                 let src = &v[row + start / 32 * bb..row + (start + out.len()) / 32 * bb];
@@ -190,7 +191,7 @@ impl Rows {
         let n = cells * self.row_units();
         match &self.data {
             Data::F32(v) => out.copy_from_slice(&v[..n]),
-            Data::F16(v) => v[..n].convert_to_f32_slice(out),
+            Data::F16(v) => Kernels::global().f16_to_f32(&v[..n], out),
             Data::Q8_0(v) => {
                 statelm_quant::dequantize_row(GgmlType::Q8_0, &v[..n], out).expect("whole blocks");
             }

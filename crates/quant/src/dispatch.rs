@@ -9,6 +9,7 @@
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
     scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, PanelFn, QuantFn, Rows8Fn, SoftmaxFn, TileFn, VecDotFn,
+    WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -83,6 +84,7 @@ pub struct Kernels {
     quant: QuantTable,
     vec_dot_f32: VecDotFn,
     axpy_f32: AxpyFn,
+    f16_to_f32: WidenFn,
     softmax_f32: SoftmaxFn,
     silu_mul_f32: GatedFn,
     panel_f32: PanelFn,
@@ -122,6 +124,7 @@ impl Kernels {
             rows8: Rows8Table::default(),
             vec_dot_f32: scalar::dot_f32,
             axpy_f32: scalar::axpy_f32,
+            f16_to_f32: scalar::f16_to_f32,
             softmax_f32: scalar::softmax_f32,
             silu_mul_f32: scalar::silu_mul_f32,
             panel_f32: scalar::panel_f32,
@@ -181,6 +184,7 @@ impl Kernels {
         k.rows8.q4_0 = Some(avx2::rows8_q4_0_q8_0);
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
+        k.f16_to_f32 = avx2::f16_to_f32;
         k.softmax_f32 = avx2::softmax_f32;
         k.silu_mul_f32 = avx2::silu_mul_f32;
         k.panel_f32 = avx2::panel_f32;
@@ -397,6 +401,12 @@ impl Kernels {
     pub fn axpy_f32(&self, y: &mut [f32], alpha: f32, x: &[f32]) {
         // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
         unsafe { (self.axpy_f32)(y, alpha, x) }
+    }
+
+    /// Widens IEEE halves to f32 over the common length (exact).
+    pub fn f16_to_f32(&self, src: &[half::f16], dst: &mut [f32]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.f16_to_f32)(src, dst) }
     }
 
     /// `x = softmax(x)` in place, in ggml's order (see [`crate::kernels::scalar::softmax_f32`]).

@@ -162,6 +162,18 @@ proptest! {
         scalar.axpy_f32(&mut ys, alpha, &b);
         simd.axpy_f32(&mut yv, alpha, &b);
         prop_assert_eq!(bits(&ys), bits(&yv), "axpy");
+        // Halves widen exactly (subnormals and infinities included; NaNs left out, whose
+        // signalling bit the hardware may quiet).
+        let halves: Vec<half::f16> = (0..n)
+            .map(|i| half::f16::from_bits((rng.next_u64() >> 16) as u16 ^ i as u16))
+            .map(|h| if h.is_nan() { half::f16::ONE } else { h })
+            .collect();
+        let (mut ws, mut wv) = (vec![0f32; n], vec![0f32; n]);
+        scalar.f16_to_f32(&halves, &mut ws);
+        simd.f16_to_f32(&halves, &mut wv);
+        let want: Vec<f32> = halves.iter().map(|h| h.to_f32()).collect();
+        prop_assert_eq!(bits(&ws), bits(&want), "f16_to_f32 scalar");
+        prop_assert_eq!(bits(&wv), bits(&want), "f16_to_f32 simd");
         // Softmax over scores with masked (−∞) entries, and SwiGLU, also bit for bit.
         let mut xs: Vec<f32> = a.iter().map(|v| v * 30.0 * alpha).collect();
         if n > 2 {

@@ -52,6 +52,9 @@ pub type GatedFn = unsafe fn(g: &mut [f32], u: &[f32]);
 /// `x = softmax(x)` in place (attention probabilities).
 pub type SoftmaxFn = unsafe fn(x: &mut [f32]);
 
+/// Widens IEEE halves to f32 over the common length (exact; the f16 KV cache).
+pub type WidenFn = unsafe fn(src: &[half::f16], dst: &mut [f32]);
+
 /// `y += alpha * x` over the common length (attention's weighted sum of values).
 pub type AxpyFn = unsafe fn(y: &mut [f32], alpha: f32, x: &[f32]);
 

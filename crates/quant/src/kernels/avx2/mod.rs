@@ -31,7 +31,7 @@ pub use legacy::{
     dot_q5_1_q8_1, dot_q8_0_q8_0, rows8_q4_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
-pub use vector::{axpy_f32, dot_f32, silu_mul_f32, softmax_f32};
+pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 
 /// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
 /// offsets into `chunks_exact` blocks the check compiles away).

@@ -57,6 +57,30 @@ pub unsafe fn axpy_f32(y: &mut [f32], alpha: f32, x: &[f32]) {
     }
 }
 
+/// Widens IEEE halves to f32 over the common length (exact), eight per
+/// `vcvtph2ps`.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f16_to_f32(src: &[half::f16], dst: &mut [f32]) {
+    let n = dst.len().min(src.len());
+    let (src, dst) = (&src[..n], &mut dst[..n]);
+    let mut d8 = dst.chunks_exact_mut(8);
+    let mut s8 = src.chunks_exact(8);
+    for (d, s) in (&mut d8).zip(&mut s8) {
+        // SAFETY: `s` is 8 readable halves (16 bytes) and `d` 8 writable f32;
+        // `loadu`/`storeu` have no alignment requirement.
+        unsafe {
+            let h = _mm_loadu_si128(s.as_ptr().cast());
+            _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(h));
+        }
+    }
+    for (d, s) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
+        *d = s.to_f32();
+    }
+}
+
 /// `e^x` lane-wise, in the order of [`crate::kernels::scalar::exp_f32`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

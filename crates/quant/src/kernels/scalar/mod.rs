@@ -17,7 +17,7 @@ pub use kquants::{
 };
 pub use legacy::{dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0, dot_q5_1_q8_1, dot_q8_0_q8_0};
 pub use vector::{
-    axpy_f32, dot_f32, exp_f32, hsum8, reduce_dot_partials, silu_mul_f32, softmax_f32,
+    axpy_f32, dot_f32, exp_f32, f16_to_f32, hsum8, reduce_dot_partials, silu_mul_f32, softmax_f32,
 };
 
 use crate::formats::{q8_0, q8_k, write_block};

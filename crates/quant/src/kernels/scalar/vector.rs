@@ -113,3 +113,10 @@ pub fn silu_mul_f32(g: &mut [f32], u: &[f32]) {
         *gv = *gv / (1.0 + exp_f32(0.0 - *gv)) * uv;
     }
 }
+
+/// Widens IEEE halves to f32 over the common length (exact).
+pub fn f16_to_f32(src: &[half::f16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
+}
