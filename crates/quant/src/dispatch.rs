@@ -59,6 +59,7 @@ struct TileTable {
 #[derive(Clone, Copy, Default)]
 struct Rows8Table {
     q4_0: Option<Rows8Fn>,
+    q5_0: Option<Rows8Fn>,
 }
 
 #[derive(Clone, Copy)]
@@ -181,7 +182,10 @@ impl Kernels {
             q5_0: Some(avx2::tile_q5_0_q8_0),
             q8_0: Some(avx2::tile_q8_0_q8_0),
         };
-        k.rows8.q4_0 = Some(avx2::rows8_q4_0_q8_0);
+        k.rows8 = Rows8Table {
+            q4_0: Some(avx2::rows8_q4_0_q8_0),
+            q5_0: Some(avx2::rows8_q5_0_q8_0),
+        };
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
         k.f16_to_f32 = avx2::f16_to_f32;
@@ -271,6 +275,7 @@ impl Kernels {
     pub(crate) fn rows8_fn(&self, w: GgmlType) -> Option<Rows8Fn> {
         match w {
             GgmlType::Q4_0 => self.rows8.q4_0,
+            GgmlType::Q5_0 => self.rows8.q5_0,
             _ => None,
         }
     }

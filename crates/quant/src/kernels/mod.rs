@@ -33,10 +33,11 @@ pub type Dot4Fn = unsafe fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// Must give exactly the results of eight [`DotFn`] calls of the same ISA.
 pub type TileFn = unsafe fn(n: usize, w: [&[u8]; 2], a: [&[u8]; 4]) -> [[f32; 4]; 2];
 
-/// A matvec kernel: eight weight rows against one activation vector, for the
-/// formats whose single dot sums one FMA per block (their eight block sums
-/// share one f32x8 FMA, row r in lane r). Must give exactly the results of
-/// eight [`DotFn`] calls of the same ISA.
+/// A matvec kernel: eight weight rows against one activation vector (shares
+/// the activation block's loads and code-offset term between rows; for Q4_0,
+/// whose single dot sums one FMA per block, the eight block sums share one
+/// f32x8 FMA, row r in lane r). Must give exactly the results of eight
+/// [`DotFn`] calls of the same ISA.
 pub type Rows8Fn = unsafe fn(n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8];
 
 /// An activation quantizer: `x` (a whole number of blocks) into `out` (the

@@ -7,7 +7,7 @@
 
 use super::{
     at, bits_32, f16c_mul, half_lane0, hsum_epi32, hsum_ps, le16, load256, mul_sum_u8_i8,
-    nibbles_32, prefetch_ahead, prefetch_at,
+    nibbles_32, prefetch_ahead,
 };
 use std::arch::x86_64::*;
 
@@ -96,82 +96,11 @@ q8_0_tile!(tile_q8_0_q8_0, 34, decode_q8_0, false, "Q8_0");
 q8_0_tile!(tile_q4_0_q8_0, 18, decode_q4_0, true, "Q4_0");
 q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, false, "Q5_0");
 
-/// Q4_0 weights: eight rows · one Q8_0 vector (bit-identical to eight single dots).
-///
-/// # Safety
-/// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rows8_q4_0_q8_0(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    rows8_block_fma::<18>(w, a, |x| decode_q4_0(x))
-}
-
-/// Sums each of eight i32x8 vectors: lane r of the result is the (wrapping)
-/// sum of `p[r]`'s lanes, by a tree of horizontal adds.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(p[0], p[1]);
-    let h23 = _mm256_hadd_epi32(p[2], p[3]);
-    let h45 = _mm256_hadd_epi32(p[4], p[5]);
-    let h67 = _mm256_hadd_epi32(p[6], p[7]);
-    // Per 128-bit half: the partial sums of rows 0–3 (resp. 4–7) over that half's lanes.
-    let q0123 = _mm256_hadd_epi32(h01, h23);
-    let q4567 = _mm256_hadd_epi32(h45, h67);
-    let lo = _mm256_permute2x128_si256::<0x20>(q0123, q4567);
-    let hi = _mm256_permute2x128_si256::<0x31>(q0123, q4567);
-    _mm256_add_epi32(lo, hi)
-}
-
-/// Dots eight weight rows (blocks of `WB` bytes) against one Q8_0 vector in
-/// the one-FMA-per-block order of the `BLOCK_FMA` dots: per block, each row's
-/// exact integer sum lands in its own lane ([`sum_lanes8`]), its `d_x * d_y`
-/// rounded to f32 beside it, and one f32x8 FMA accumulates all eight rows —
-/// lane r sees exactly the operations of row r's single dot. Saves each row's
-/// horizontal integer sum and shares the activation block's loads.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn rows8_block_fma<const WB: usize>(
-    w: [&[u8]; 8],
-    a: &[u8],
-    decode: impl Fn(&[u8; WB]) -> __m256i,
-) -> [f32; 8] {
-    let ys = blocks::<34>(a);
-    let nb = w.iter().fold(ys.len(), |m, r| m.min(r.len() / WB));
-    let ys = &ys[..nb];
-    let mut xs: [&[[u8; WB]]; 8] = [&[]; 8];
-    for r in 0..8 {
-        xs[r] = &blocks::<WB>(w[r])[..nb];
-    }
-    let mut acc = _mm256_setzero_ps();
-    for (b, y) in ys.iter().enumerate() {
-        let dy = _mm256_broadcastss_ps(half_lane0(at(y, 0)));
-        let qy = load256(at(y, 2));
-        let mut p = [_mm256_setzero_si256(); 8];
-        let mut dx = [0u16; 8];
-        for r in 0..8 {
-            let x = &xs[r][b];
-            // The same place eight rows on: the next group of rows, if they are contiguous.
-            prefetch_at(x, 8 * w[r].len());
-            let qx = decode(x);
-            p[r] = mul_sum_abs_i8(_mm256_sign_epi8(qx, qx), qx, qy);
-            dx[r] = le16(x, 0);
-        }
-        let [h0, h1, h2, h3, h4, h5, h6, h7] = dx.map(|h| h as i16);
-        let dx = _mm256_cvtph_ps(_mm_setr_epi16(h0, h1, h2, h3, h4, h5, h6, h7));
-        let isum = _mm256_cvtepi32_ps(sum_lanes8(p));
-        acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
-    }
-    let mut out = [0f32; 8];
-    // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
-    out
-}
-
 /// The whole blocks of `s` as arrays (a short tail is dropped), so block
 /// fields at constant offsets need no bounds checks (`<[u8]>::as_chunks`,
 /// which is newer than the workspace's MSRV).
 #[inline(always)]
-fn blocks<const B: usize>(s: &[u8]) -> &[[u8; B]] {
+pub(super) fn blocks<const B: usize>(s: &[u8]) -> &[[u8; B]] {
     let n = s.len().checked_div(B).unwrap_or(0);
     // SAFETY: `[u8; B]` has size `B` and alignment 1, so the first `n * B <=
     // s.len()` bytes of `s` are exactly `n` valid arrays, borrowed for `s`'s

@@ -19,6 +19,7 @@ mod gemm;
 mod kquants;
 mod legacy;
 mod quantize;
+mod rows;
 mod vector;
 
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
@@ -28,9 +29,10 @@ pub use kquants::{
 };
 pub use legacy::{
     dot4_q4_0_q8_0, dot4_q5_0_q8_0, dot4_q8_0_q8_0, dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0,
-    dot_q5_1_q8_1, dot_q8_0_q8_0, rows8_q4_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
+    dot_q5_1_q8_1, dot_q8_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
+pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 
 /// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
