@@ -51,25 +51,42 @@ where
     sum
 }
 
-/// `sc_{2c} Σ q y + sc_{2c+1} Σ q y` over 64-element chunk `c` (two sub-blocks) of a Q4_K/Q5_K
-/// super-block, as 8 i32 lanes, given the chunk's codes (low half, high half).
+/// The eight sub-block scales of a Q4_K/Q5_K super-block as i16, in both 128-bit halves.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn affine_chunk(y: &[u8], sc: &[u8; 8], [lo, hi]: [__m256i; 2], c: usize) -> __m256i {
+fn scales_i16(sc: &[u8; 8]) -> __m256i {
+    let b = _mm_set_epi64x(0, u64::from_le_bytes(*sc) as i64);
+    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(b))
+}
+
+/// i16 lane `j` of `s16` (the same 8 i16 in both halves) in every lane: one byte shuffle.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn splat_i16(s16: __m256i, j: usize) -> __m256i {
+    let b = (2 * j) as u8;
+    _mm256_shuffle_epi8(s16, _mm256_set1_epi16(i16::from_le_bytes([b, b + 1])))
+}
+
+/// `sc_{2c} Σ q y + sc_{2c+1} Σ q y` over 64-element chunk `c` (two sub-blocks) of a Q4_K/Q5_K
+/// super-block, as 8 i32 lanes, given the chunk's codes (low half, high half) and the scales
+/// from [`scales_i16`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn affine_chunk(y: &[u8], s16: __m256i, [lo, hi]: [__m256i; 2], c: usize) -> __m256i {
     let p0 = _mm256_maddubs_epi16(lo, load256(at(y, 4 + 64 * c)));
     let p1 = _mm256_maddubs_epi16(hi, load256(at(y, 36 + 64 * c)));
-    let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * c])));
-    let p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * c + 1])));
+    let p0 = _mm256_madd_epi16(p0, splat_i16(s16, 2 * c));
+    let p1 = _mm256_madd_epi16(p1, splat_i16(s16, 2 * c + 1));
     _mm256_add_epi32(p0, p1)
 }
 
 /// `Σ_j sc_j Σ q y` for Q4_K/Q5_K given the codes of each 64-element chunk.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn affine_isum(y: &[u8], sc: &[u8; 8], codes: &[[__m256i; 2]; 4]) -> i32 {
+fn affine_isum(y: &[u8], s16: __m256i, codes: &[[__m256i; 2]; 4]) -> i32 {
     let mut sumi = _mm256_setzero_si256();
     for (c, &code) in codes.iter().enumerate() {
-        sumi = _mm256_add_epi32(sumi, affine_chunk(y, sc, code, c));
+        sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, code, c));
     }
     hsum_epi32(sumi)
 }
@@ -81,10 +98,10 @@ fn affine_block(
     xd: [f32; 2],
     y: &[u8],
     codes: &[[__m256i; 2]; 4],
-    sc: &[u8; 8],
+    s16: __m256i,
     mn: &[u8; 8],
 ) -> f32 {
-    let isum = affine_isum(y, sc, codes);
+    let isum = affine_isum(y, s16, codes);
     let msum = min_sum(mn, &q8k_bsums(y));
     let yd = q8k_d(y);
     let d = xd[0] * yd;
@@ -98,13 +115,13 @@ fn affine_block(
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_k_chunk_sums(
     y: &[u8],
-    sc: &[u8; 8],
+    s16: __m256i,
     mn: &[u8; 8],
     codes: &[[__m256i; 2]; 4],
 ) -> [(i32, i32); 4] {
     let b = q8k_bsums(y);
     std::array::from_fn(|c| {
-        let isum = hsum_epi32(affine_chunk(y, sc, codes[c], c));
+        let isum = hsum_epi32(affine_chunk(y, s16, codes[c], c));
         (isum, min_sum(&mn[2 * c..2 * c + 2], &b[4 * c..4 * c + 4]))
     })
 }
@@ -123,6 +140,7 @@ fn q4_k_acts<const V: usize, const PER_CHUNK: bool>(w: &[u8], a: [&[u8]; V]) -> 
             prefetch_ahead(x, off);
         }
         let (sc, mn) = unpack_scales(at(x, 4));
+        let s16 = scales_i16(&sc);
         let codes: [[__m256i; 2]; 4] = std::array::from_fn(|c| {
             let q = load256(at(x, 16 + 32 * c));
             [
@@ -136,12 +154,12 @@ fn q4_k_acts<const V: usize, const PER_CHUNK: bool>(w: &[u8], a: [&[u8]; V]) -> 
             let yd = q8k_d(y);
             let (d, dmin) = (xd[0] * yd, xd[1] * yd);
             if PER_CHUNK {
-                for (isum, msum) in q4_k_chunk_sums(y, &sc, &mn, &codes) {
+                for (isum, msum) in q4_k_chunk_sums(y, s16, &mn, &codes) {
                     acc[v] = (isum as f32).mul_add(d, acc[v]);
                     acc_min[v] = (msum as f32).mul_add(dmin, acc_min[v]);
                 }
             } else {
-                let isum = affine_isum(y, &sc, &codes);
+                let isum = affine_isum(y, s16, &codes);
                 let msum = min_sum(&mn, &q8k_bsums(y));
                 acc[v] = (isum as f32).mul_add(d, acc[v]);
                 acc_min[v] = (msum as f32).mul_add(dmin, acc_min[v]);
@@ -189,7 +207,8 @@ fn q5_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
             ]
         });
         let xd = [f16_to_f32(le16(x, 0)), f16_to_f32(le16(x, 2))];
-        move |y: &[u8]| affine_block(xd, y, &codes, &sc, &mn)
+        let s16 = scales_i16(&sc);
+        move |y: &[u8]| affine_block(xd, y, &codes, s16, &mn)
     })
 }
 
@@ -218,20 +237,35 @@ fn q6_k_codes(x: &[u8]) -> [__m256i; 8] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6_k_lanes(y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> __m256i {
+    // SAFETY: `sc` is 16 readable bytes; `loadu` has no alignment requirement.
+    let sc8 = unsafe { _mm_loadu_si128(sc.as_ptr().cast()) };
+    let sc16 = _mm256_cvtepi8_epi16(sc8);
+    // Scales 0–7 (then 8–15) as i16 in both halves; code vector k takes scale 2k in its
+    // low half and 2k + 1 in its high half, picked by one in-lane byte shuffle.
+    let halves = [
+        _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
+        _mm256_broadcastsi128_si256(_mm256_extracti128_si256::<1>(sc16)),
+    ];
     let mut sumi = _mm256_setzero_si256();
     for (k, qk) in q.iter().enumerate() {
         let p = _mm256_maddubs_epi16(*qk, load256(at(y, 4 + 32 * k)));
-        let scales = _mm256_set_m128i(
-            _mm_set1_epi16(i16::from(sc[2 * k + 1])),
-            _mm_set1_epi16(i16::from(sc[2 * k])),
-        );
+        let scales = _mm256_shuffle_epi8(halves[k / 4], scale_pair_shuffle(k % 4));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
     }
     let bsums = load256(at(y, 260));
-    // SAFETY: `sc` is 16 readable bytes; `loadu` has no alignment requirement.
-    let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) });
     let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
     _mm256_sub_epi32(sumi, offset)
+}
+
+/// The byte shuffle that fills the low half with i16 lane `2j` and the high
+/// half with lane `2j + 1` (of a register holding the same 8 i16 in both halves).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_pair_shuffle(j: usize) -> __m256i {
+    let lo = (4 * j) as i8;
+    let hi = lo + 2;
+    let pair = |b: i8| i16::from_le_bytes([b as u8, (b + 1) as u8]);
+    _mm256_set_m128i(_mm_set1_epi16(pair(hi)), _mm_set1_epi16(pair(lo)))
 }
 
 #[inline]
