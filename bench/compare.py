@@ -5,8 +5,10 @@
     cargo build --release -p statelm-cli
     python3 bench/compare.py [--threads 2] [--rounds 3] MODEL.gguf [MODEL.gguf ...]
 
-Each round runs one `statelm bench --json` process and one llama.cpp process per file, so a
-busy machine slows both alike; only the ratios are meant to be read.
+Each round runs one `statelm bench --json` process and one llama.cpp process per file, in
+alternating order (A B, then B A), so a busy machine slows both alike. Each round gives its own
+ratio; the table prints the median of those paired ratios and their range over the rounds (the
+tok/s columns are medians over rounds). Only the ratios are meant to be read.
 """
 import argparse
 import json
@@ -41,25 +43,34 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     a = ap.parse_args()
     rows = []
+    metrics = [("decode", lambda r: r["decode_tok_s"]["median"]),
+               ("pp128", lambda r: r["prefill_tok_s"]["pp128"]["median"]),
+               ("pp512", lambda r: r["prefill_tok_s"]["pp512"]["median"]),
+               ("peak_rss_mib", lambda r: r["peak_rss_bytes"] / 2**20)]
     for model in a.models:
         s, l = [], []
-        for _ in range(a.rounds):
-            s.append(run_statelm(model, a.threads, a.decode))
-            l.append(run_llama(model, a.threads, a.decode))
-        med = lambda runs, f: statistics.median(f(r) for r in runs)
+        for i in range(a.rounds):
+            if i % 2 == 0:
+                s.append(run_statelm(model, a.threads, a.decode))
+                l.append(run_llama(model, a.threads, a.decode))
+            else:
+                l.append(run_llama(model, a.threads, a.decode))
+                s.append(run_statelm(model, a.threads, a.decode))
         row = {"model": os.path.basename(model)}
-        for key, f in [("decode", lambda r: r["decode_tok_s"]["median"]),
-                       ("pp128", lambda r: r["prefill_tok_s"]["pp128"]["median"]),
-                       ("pp512", lambda r: r["prefill_tok_s"]["pp512"]["median"]),
-                       ("peak_rss_mib", lambda r: r["peak_rss_bytes"] / 2**20)]:
-            row[key] = (med(s, f), med(l, f), med(s, f) / med(l, f))
-        row["llama_python_overhead"] = med(l, lambda r: r["python_overhead_share"])
+        for key, f in metrics:
+            ratios = [f(x) / f(y) for x, y in zip(s, l)]
+            row[key] = {"statelm": statistics.median(f(x) for x in s),
+                        "llama": statistics.median(f(y) for y in l),
+                        "ratio": statistics.median(ratios),
+                        "ratio_min": min(ratios), "ratio_max": max(ratios)}
+        row["llama_python_overhead"] = statistics.median(r["python_overhead_share"] for r in l)
         rows.append(row)
-    print(f"{'file':<44} {'metric':<13} {'statelm':>9} {'llama.cpp':>9} {'ratio':>6}")
+    print(f"{'file':<44} {'metric':<13} {'statelm':>9} {'llama.cpp':>9} {'ratio':>6}  range")
     for r in rows:
-        for key in ["decode", "pp128", "pp512", "peak_rss_mib"]:
-            s, l, q = r[key]
-            print(f"{r['model']:<44} {key:<13} {s:>9.1f} {l:>9.1f} {q:>6.2f}")
+        for key, _ in metrics:
+            m = r[key]
+            print(f"{r['model']:<44} {key:<13} {m['statelm']:>9.1f} {m['llama']:>9.1f} "
+                  f"{m['ratio']:>6.2f}  {m['ratio_min']:.2f}-{m['ratio_max']:.2f}")
         print(f"{r['model']:<44} python overhead in llama.cpp's decode loop: {100 * r['llama_python_overhead']:.2f}%")
     print(json.dumps(rows))
 
