@@ -8,8 +8,8 @@
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
-    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, PanelFn, QuantFn, Rows8Fn, SoftmaxFn, TileFn, VecDotFn,
-    WidenFn,
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, InterleaveFn, PanelFn, QuantFn, Rows8Fn, SoftmaxFn,
+    TileFn, VecDotFn, WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -89,6 +89,7 @@ pub struct Kernels {
     softmax_f32: SoftmaxFn,
     silu_mul_f32: GatedFn,
     panel_f32: PanelFn,
+    interleave_panel: InterleaveFn,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -129,6 +130,7 @@ impl Kernels {
             softmax_f32: scalar::softmax_f32,
             silu_mul_f32: scalar::silu_mul_f32,
             panel_f32: scalar::panel_f32,
+            interleave_panel: scalar::interleave_panel,
             quant: QuantTable {
                 f32: scalar::quantize_f32,
                 q8_0: scalar::quantize_q8_0,
@@ -192,6 +194,7 @@ impl Kernels {
         k.softmax_f32 = avx2::softmax_f32;
         k.silu_mul_f32 = avx2::silu_mul_f32;
         k.panel_f32 = avx2::panel_f32;
+        k.interleave_panel = avx2::interleave_panel;
         k.quant.q8_0 = avx2::quantize_q8_0;
         k.quant.q8_k = avx2::quantize_q8_k;
         k
@@ -436,6 +439,13 @@ impl Kernels {
     /// The f32 GEMM micro-kernel of this ISA (see [`crate::gemm`]).
     pub(crate) fn panel_fn(&self) -> PanelFn {
         self.panel_f32
+    }
+
+    /// Interleaves [`crate::kernels::PANEL_ROWS`] rows (stride `ld`) into a GEMM panel:
+    /// `panel[k * PANEL_ROWS + j] = rows[j * ld + k]` for `k < kc`.
+    pub fn interleave_panel(&self, rows: &[f32], ld: usize, kc: usize, panel: &mut [f32]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it checks its slices.
+        unsafe { (self.interleave_panel)(rows, ld, kc, panel) }
     }
 
     /// Quantizes `x` to activation type `ty` (Q8_0, Q8_1, Q8_K or F32) into `out`.

@@ -83,7 +83,6 @@ impl Kernels {
             .clamp(1, MAX_CHUNK_ROWS / PANEL_ROWS)
             * PANEL_ROWS;
         let out = OutPtr::new(y);
-        let kernel = self.panel_fn();
         pool.run(rows.div_ceil(chunk), &|t| {
             let r0 = t * chunk;
             let job = Chunk {
@@ -95,7 +94,7 @@ impl Kernels {
             // SAFETY: task t alone writes rows r0..r0 + chunk of every output
             // vector; y (n * rows long, checked above) outlives pool.run, and
             // the kernel comes from this table (it runs on this CPU).
-            unsafe { job.run(kernel, &out) };
+            unsafe { job.run(self, &out) };
         });
         Ok(())
     }
@@ -234,12 +233,6 @@ fn check_min(what: &'static str, needed: usize, got: usize) -> Result<(), QuantE
     Ok(())
 }
 
-/// Fills the panels of every output column for reduction slice `k0..k0 + kc`; each panel is
-/// `panel_len` floats (`min(KC, kd) * PANEL_ROWS`).
-type PackFn<'a> = dyn FnMut(usize, usize, usize, &mut [f32]) + 'a;
-/// Receives `values` for row `t`, output columns `j0..`, and whether this is
-/// the first reduction slice (assign) or a later one (add).
-type StoreFn<'a> = dyn FnMut(usize, usize, &[f32], bool) + 'a;
 
 /// Problem shape of [`gemm_core`]: `m` rows of `a` (stride `lda`), `n` output
 /// columns, reduction length `kd`.
@@ -254,7 +247,10 @@ struct Shape {
 /// reduction, `pack(k0, kc, panel_len, panels)` fills the panels of all `n`
 /// output columns, then each tile of [`TILE_TOKENS`] rows of `a` runs the
 /// micro-kernel on every panel and hands the sums to `store(t, j0, values,
-/// first_slice)`. `panels` is grown to fit and reused.
+/// first_slice)` (assign on the first slice, add on later ones). `pack` fills
+/// the panels for slice `k0..k0 + kc`, each `panel_len` floats (`min(KC, kd) *
+/// PANEL_ROWS`). Both are generic, so the per-tile store inlines (it runs once
+/// per tile, panel and slice). `panels` is grown to fit and reused.
 ///
 /// # Safety
 /// `kernel` must run on this CPU.
@@ -262,8 +258,8 @@ unsafe fn gemm_core(
     kernel: crate::kernels::PanelFn,
     s: &Shape,
     a: &[f32],
-    pack: &mut PackFn<'_>,
-    store: &mut StoreFn<'_>,
+    pack: &mut impl FnMut(usize, usize, usize, &mut [f32]),
+    store: &mut impl FnMut(usize, usize, &[f32], bool),
     panels: &mut Vec<f32>,
 ) {
     let n_panels = s.n.div_ceil(PANEL_ROWS);
@@ -308,6 +304,7 @@ impl Chunk<'_, '_> {
     /// column so the panel is written sequentially.
     fn pack(
         &self,
+        kernels: &Kernels,
         k0: usize,
         kc: usize,
         panel_len: usize,
@@ -332,24 +329,20 @@ impl Chunk<'_, '_> {
                     buf.fill(0.0);
                 }
             }
-            for (k, out) in panel.chunks_exact_mut(PANEL_ROWS).take(kc).enumerate() {
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = rows_buf[j * KC + k];
-                }
-            }
+            kernels.interleave_panel(rows_buf, KC, kc, panel);
         }
     }
 
     /// Runs the chunk.
     ///
     /// # Safety
-    /// `kernel` must run on this CPU; `out` must point to `n * w.rows()`
+    /// `out` must point to `n * w.rows()`
     /// writable floats of which no other thread writes rows `self.rows`.
-    unsafe fn run(&self, kernel: crate::kernels::PanelFn, out: &OutPtr) {
+    unsafe fn run(&self, kernels: &Kernels, out: &OutPtr) {
         let (rows, r0) = (self.w.rows(), self.rows.start);
         let mut rows_buf = vec![0f32; PANEL_ROWS * KC];
         let mut pack = |k0: usize, kc: usize, panel_len: usize, panels: &mut [f32]| {
-            self.pack(k0, kc, panel_len, &mut rows_buf, panels);
+            self.pack(kernels, k0, kc, panel_len, &mut rows_buf, panels);
         };
         let mut store = |t: usize, j0: usize, v: &[f32], first: bool| {
             // SAFETY: t < n and rows r0 + j0 .. r0 + j0 + v.len() belong to this
@@ -373,7 +366,7 @@ impl Chunk<'_, '_> {
         // SAFETY: the kernel runs on this CPU (caller).
         unsafe {
             gemm_core(
-                kernel,
+                kernels.panel_fn(),
                 &shape,
                 self.x,
                 &mut pack,

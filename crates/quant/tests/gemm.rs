@@ -55,6 +55,24 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
+    fn panel_interleave_is_identical_across_isas(kc in 0usize..40, pad in 0usize..5, seed in any::<u64>()) {
+        let ld = kc + pad;
+        let mut rng = Rng(seed);
+        let rows = rng.vec(16 * ld);
+        let mut want = vec![-1f32; 16 * kc + 3];
+        for k in 0..kc {
+            for j in 0..16 {
+                want[k * 16 + j] = rows[j * ld + k];
+            }
+        }
+        for k in [Kernels::scalar(), Kernels::detected()] {
+            let mut panel = vec![-1f32; 16 * kc + 3];
+            k.interleave_panel(&rows, ld, kc, &mut panel);
+            prop_assert_eq!(&panel, &want, "{}", k.isa());
+        }
+    }
+
+    #[test]
     fn gemm_is_exact_to_f64_and_identical_across_isas_and_pools(
         t in 0..TYPES.len(),
         rows in 1usize..70,

@@ -64,6 +64,12 @@ pub const PANEL_ROWS: usize = 16;
 /// Activation rows (tokens) per GEMM micro-kernel call.
 pub const TILE_TOKENS: usize = 6;
 
+/// Interleaves [`PANEL_ROWS`] dequantized weight rows (stride `ld`) into a
+/// GEMM panel: `panel[k * PANEL_ROWS + j] = rows[j * ld + k]` for `k < kc`.
+/// Unsafe to call because SIMD versions require CPU features; every version
+/// checks its slice lengths.
+pub type InterleaveFn = unsafe fn(rows: &[f32], ld: usize, kc: usize, panel: &mut [f32]);
+
 /// The f32 GEMM micro-kernel (see [`crate::gemm`]):
 /// `acc[t][j] = Σ_k x[t * ldx + k] · panel[k * PANEL_ROWS + j]`
 /// for `t < m <= TILE_TOKENS`, `k < kc`.

@@ -78,3 +78,70 @@ pub unsafe fn panel_f32(
         }
     }
 }
+
+/// Transposes an 8×8 block of f32: `out[i]` is column `i` of rows `r`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // s[4h + q]: columns q (0, 1 of the low pair; 2, 3 of the high) of rows 4h..4h + 4.
+    let s: [__m256; 8] = std::array::from_fn(|i| {
+        let (h, q) = (i / 4, i % 4);
+        let (a, b) = (t[4 * h + q / 2], t[4 * h + q / 2 + 2]);
+        if q % 2 == 0 {
+            _mm256_shuffle_ps::<0x44>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0xee>(a, b)
+        }
+    });
+    std::array::from_fn(|i| {
+        let (a, b) = (s[i % 4], s[4 + i % 4]);
+        if i < 4 {
+            _mm256_permute2f128_ps::<0x20>(a, b)
+        } else {
+            _mm256_permute2f128_ps::<0x31>(a, b)
+        }
+    })
+}
+
+/// `panel[k * PANEL_ROWS + j] = rows[j * ld + k]` for `j < PANEL_ROWS`,
+/// `k < kc`, by 8×8 register transposes (a scalar tail for `kc % 8`).
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c. Panics (never reads or writes out of
+/// bounds) when a slice is too short.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn interleave_panel(rows: &[f32], ld: usize, kc: usize, panel: &mut [f32]) {
+    if kc == 0 {
+        return;
+    }
+    assert!(kc <= ld, "panel shape");
+    assert!(rows.len() >= (PANEL_ROWS - 1) * ld + kc, "rows in bounds");
+    assert!(panel.len() >= kc * PANEL_ROWS, "panel in bounds");
+    let k8 = kc / 8 * 8;
+    for j0 in (0..PANEL_ROWS).step_by(8) {
+        for k in (0..k8).step_by(8) {
+            let r: [__m256; 8] = std::array::from_fn(|i| {
+                let src: &[f32; 8] = rows[(j0 + i) * ld + k..][..8].try_into().expect("8 floats");
+                super::load_ps(src)
+            });
+            for (i, col) in transpose8(r).into_iter().enumerate() {
+                let dst = &mut panel[(k + i) * PANEL_ROWS + j0..][..8];
+                // SAFETY: `dst` is 8 writable f32; `storeu` has no alignment requirement.
+                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), col) };
+            }
+        }
+    }
+    for k in k8..kc {
+        for j in 0..PANEL_ROWS {
+            panel[k * PANEL_ROWS + j] = rows[j * ld + k];
+        }
+    }
+}

@@ -23,7 +23,7 @@ mod rows;
 mod vector;
 
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
-pub use gemm::panel_f32;
+pub use gemm::{interleave_panel, panel_f32};
 pub use kquants::{
     dot4_q4_k_q8_k, dot4_q5_k_q8_k, dot4_q6_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k,
 };

@@ -24,3 +24,12 @@ pub fn panel_f32(
         *out = s;
     }
 }
+
+/// `panel[k * PANEL_ROWS + j] = rows[j * ld + k]` for `j < PANEL_ROWS`, `k < kc`.
+pub fn interleave_panel(rows: &[f32], ld: usize, kc: usize, panel: &mut [f32]) {
+    for (k, out) in panel.chunks_exact_mut(PANEL_ROWS).take(kc).enumerate() {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = rows[j * ld + k];
+        }
+    }
+}
