@@ -41,6 +41,23 @@ pub unsafe fn rows8_q5_0_q8_0(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
     [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
 }
 
+/// The whole blocks of `R` weight rows (blocks of `WB` bytes) and of one Q8_0
+/// vector, all cut to the shortest, so indexing block `b < ys.len()` of any
+/// row needs no further check.
+#[inline(always)]
+fn row_blocks<'a, const WB: usize, const R: usize>(
+    w: [&'a [u8]; R],
+    a: &'a [u8],
+) -> ([&'a [[u8; WB]]; R], &'a [[u8; 34]]) {
+    let ys = blocks::<34>(a);
+    let nb = w.iter().fold(ys.len(), |m, r| m.min(r.len() / WB));
+    let mut xs: [&[[u8; WB]]; R] = [&[]; R];
+    for r in 0..R {
+        xs[r] = &blocks::<WB>(w[r])[..nb];
+    }
+    (xs, &ys[..nb])
+}
+
 /// `offset · y` summed per i32 lane of a block's pairwise products: what
 /// unsigned codes `u` overstate `u - offset` by.
 #[inline]
@@ -71,13 +88,7 @@ fn rows4_lane_acc<const WB: usize>(
     offset: i8,
     decode: impl Fn(&[u8; WB]) -> __m256i,
 ) -> [f32; 4] {
-    let ys = blocks::<34>(a);
-    let nb = w.iter().fold(ys.len(), |m, r| m.min(r.len() / WB));
-    let ys = &ys[..nb];
-    let mut xs: [&[[u8; WB]]; 4] = [&[]; 4];
-    for r in 0..4 {
-        xs[r] = &blocks::<WB>(w[r])[..nb];
-    }
+    let (xs, ys) = row_blocks::<WB, 4>(w, a);
     let mut acc = [_mm256_setzero_ps(); 4];
     for (b, y) in ys.iter().enumerate() {
         let dy = half_lane0(at(y, 0));
@@ -135,13 +146,7 @@ fn rows8_block_fma<const WB: usize>(
     offset: i8,
     decode: impl Fn(&[u8; WB]) -> __m256i,
 ) -> [f32; 8] {
-    let ys = blocks::<34>(a);
-    let nb = w.iter().fold(ys.len(), |m, r| m.min(r.len() / WB));
-    let ys = &ys[..nb];
-    let mut xs: [&[[u8; WB]]; 8] = [&[]; 8];
-    for r in 0..8 {
-        xs[r] = &blocks::<WB>(w[r])[..nb];
-    }
+    let (xs, ys) = row_blocks::<WB, 8>(w, a);
     let mut acc = _mm256_setzero_ps();
     for (b, y) in ys.iter().enumerate() {
         let dy = _mm256_broadcastss_ps(half_lane0(at(y, 0)));
