@@ -11,7 +11,9 @@
 //! loads).
 
 use super::legacy::blocks;
-use super::{at, bits_32, half_lane0, hsum_ps, le16, load256, nibbles_32, prefetch_at};
+use super::{
+    at, bits_32, half_lane0, hsum_ps, le16, load256, mul_sum_u8_i8, nibbles_32, prefetch_at,
+};
 use std::arch::x86_64::*;
 
 /// Q4_0 weights: eight rows · one Q8_0 vector (bit-identical to eight single dots).
@@ -67,14 +69,6 @@ fn offset_lanes(offset: i8, qy: __m256i) -> __m256i {
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
 }
 
-/// Pairwise sums of `u · y` (unsigned codes `u < 64`, signed `y`) as 8 i32
-/// lanes; exact (`2 · 63 · 127` fits i16).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_u_i8(u: __m256i, qy: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(u, qy), _mm256_set1_epi16(1))
-}
-
 /// Four rows (blocks of `WB` bytes, unsigned codes from `decode`, minus
 /// `offset`) against one Q8_0 vector in the f32x8-accumulator order of the
 /// Q5_0 / Q8_0 single dots: per block, `d_x * d_y` rounded to f32, one FMA of
@@ -98,7 +92,7 @@ fn rows4_lane_acc<const WB: usize>(
             let x = &xs[r][b];
             // The same place four rows on: the next rows, if they are contiguous.
             prefetch_at(x, 4 * w[r].len());
-            let p = _mm256_sub_epi32(mul_sum_u_i8(decode(x), qy), corr);
+            let p = _mm256_sub_epi32(mul_sum_u8_i8(decode(x), qy), corr);
             let d = _mm256_broadcastss_ps(_mm_mul_ss(half_lane0(at(x, 0)), dy));
             acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
         }
@@ -158,7 +152,7 @@ fn rows8_block_fma<const WB: usize>(
             let x = &xs[r][b];
             // The same place eight rows on: the next group of rows, if they are contiguous.
             prefetch_at(x, 8 * w[r].len());
-            p[r] = mul_sum_u_i8(decode(x), qy);
+            p[r] = mul_sum_u8_i8(decode(x), qy);
             dx[r] = le16(x, 0);
         }
         let [h0, h1, h2, h3, h4, h5, h6, h7] = dx.map(|h| h as i16);
