@@ -97,7 +97,7 @@ impl PsiTrigger {
                 if matches!(
                     source.kind(),
                     std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::InvalidInput
-                ) && spec.window.as_micros() % 2_000_000 != 0 =>
+                ) && !spec.window.as_micros().is_multiple_of(2_000_000) =>
             {
                 Self::register(path, spec.unprivileged())
             }

@@ -118,7 +118,7 @@ impl ModelConfig {
         let n_head_kv = f
             .opt_u32(&key("attention.head_count_kv"))?
             .map_or(n_head, |v| v as usize);
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
             return Err(ModelError::BadConfig(format!(
                 "head counts {n_head}/{n_head_kv}: query heads must be a nonzero multiple of kv heads"
             )));

@@ -289,7 +289,7 @@ impl LayerCache {
     pub(crate) fn push(&mut self, pos: u32, k: &[f32], v: &[f32]) -> usize {
         let cell = self.head;
         if cell == self.pos.len() {
-            if cell % GROW_CELLS == 0 {
+            if cell.is_multiple_of(GROW_CELLS) {
                 let cells = (cell + GROW_CELLS).min(self.max_cells);
                 self.k.ensure_cells(cells);
                 self.v.ensure_cells(cells);

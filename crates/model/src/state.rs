@@ -88,7 +88,7 @@ impl State {
         full_swa: bool,
     ) -> Result<State, ModelError> {
         if opts.kv_type == KvType::Q8_0
-            && (config.head_dim % 32 != 0 || config.v_head_dim % 32 != 0)
+            && (!config.head_dim.is_multiple_of(32) || !config.v_head_dim.is_multiple_of(32))
         {
             return Err(ModelError::BadConfig(format!(
                 "a q8_0 KV cache needs head dimensions divisible by 32 (have {})",

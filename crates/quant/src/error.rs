@@ -56,7 +56,7 @@ pub enum QuantError {
 /// Bytes for `n` elements of `ty`, as a typed error when `n` is not a whole number of blocks.
 pub(crate) fn bytes_for(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
     let block = ty.block_size();
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return Err(QuantError::NotBlockMultiple { ty, n, block });
     }
     (n / block)

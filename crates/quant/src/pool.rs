@@ -244,7 +244,7 @@ fn wait_for_change(s: &Shared, seen: u64) -> u64 {
             return st;
         }
         i = i.wrapping_add(1);
-        if i % 64 != 0 {
+        if !i.is_multiple_of(64) {
             std::hint::spin_loop();
             continue;
         }

@@ -223,7 +223,7 @@ fn choose_one(
         reason = Reason::MoreBits;
     };
     if name == "output.weight" || (!has_output && name == "token_embd.weight") {
-        if nx % base.block_size() as u64 != 0 {
+        if !nx.is_multiple_of(base.block_size() as u64) {
             (ty, reason) = (GgmlType::Q8_0, Reason::Output);
         } else if base != GgmlType::Q8_0 {
             (ty, reason) = (GgmlType::Q6_K, Reason::Output);
@@ -245,10 +245,10 @@ fn choose_one(
     } else if name.contains("attn_qkv.weight") && target == QuantTarget::Q4KM {
         bump(GgmlType::Q5_K);
     }
-    if nx % ty.block_size() as u64 != 0 {
+    if !nx.is_multiple_of(ty.block_size() as u64) {
         let wanted = ty;
         ty = fallback(ty);
-        if nx % ty.block_size() as u64 != 0 {
+        if !nx.is_multiple_of(ty.block_size() as u64) {
             ty = GgmlType::F16;
         }
         reason = Reason::Fallback { wanted };

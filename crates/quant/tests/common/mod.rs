@@ -25,7 +25,7 @@ impl Rng {
     /// Roughly bell-shaped values with occasional outliers, like activations.
     pub fn act(&mut self) -> f32 {
         let base = (self.f32() + self.f32() + self.f32()) * 0.7;
-        if self.next_u64() % 64 == 0 {
+        if self.next_u64().is_multiple_of(64) {
             base * 20.0
         } else {
             base
