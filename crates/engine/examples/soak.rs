@@ -346,7 +346,11 @@ pub fn user_message(rng: &mut statelm_engine::rng::Rng, words: usize) -> String 
         }
         in_sentence += 1;
         if in_sentence >= 6 + (rng.next_u64() % 9) as usize || i + 1 == words {
-            out.push(if rng.next_u64().is_multiple_of(4) { '?' } else { '.' });
+            out.push(if rng.next_u64().is_multiple_of(4) {
+                '?'
+            } else {
+                '.'
+            });
             in_sentence = 0;
         }
     }

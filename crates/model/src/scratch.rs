@@ -188,8 +188,10 @@ impl ActsCache {
     /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
     /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
     /// batches then take the integer kernels; batches of at least
-    /// [`statelm_quant::GEMM_MIN_VECS`] take the f32 GEMM over the dequantized copy — the same
-    /// products, summed in another order, several times faster.
+    /// [`statelm_quant::GEMM_MIN_VECS`] take the int8 GEMM where the CPU has an int8 dot
+    /// instruction and the weights are Q4_0/Q5_0/Q8_0 (the same integer products), else the
+    /// f32 GEMM over the dequantized copy — the same products, summed in another order, several
+    /// times faster.
     pub fn project(
         &mut self,
         pool: &ThreadPool,
@@ -201,7 +203,10 @@ impl ActsCache {
         let idx = self.quantized_for(w, x, n)?;
         let e = &mut self.entries[idx];
         let kernels = statelm_quant::Kernels::global();
-        if self.f32_gemm && n >= statelm_quant::GEMM_MIN_VECS && kernels.prefers_f32_gemm() {
+        let large = self.f32_gemm && n >= statelm_quant::GEMM_MIN_VECS;
+        if large && kernels.prefers_i8_gemm(w.ty()) {
+            kernels.matmul_i8(pool, w, &e.quantized, y)
+        } else if large && kernels.prefers_f32_gemm() {
             let xq = fit(&mut e.dequantized, n * w.cols());
             if !e.fresh.1 {
                 e.quantized.dequantize(xq)?;

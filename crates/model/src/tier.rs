@@ -75,7 +75,9 @@ impl QuantTier {
     pub fn requant_target(self, config: &ModelConfig) -> QuantTarget {
         match self {
             QuantTier::Q8_0 => QuantTarget::Q8_0,
-            QuantTier::Q4 if config.n_embd.is_multiple_of(256) && config.n_ff.is_multiple_of(256) => {
+            QuantTier::Q4
+                if config.n_embd.is_multiple_of(256) && config.n_ff.is_multiple_of(256) =>
+            {
                 QuantTarget::Q4KM
             }
             QuantTier::Q4 => QuantTarget::Q4_0,

@@ -8,8 +8,8 @@
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
-    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, InterleaveFn, PanelFn, QuantFn, Rows8Fn, SoftmaxFn,
-    TileFn, VecDotFn, WidenFn,
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, PanelFn, QuantFn, Rows8Fn,
+    SoftmaxFn, TileFn, VecDotFn, WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -90,6 +90,9 @@ pub struct Kernels {
     silu_mul_f32: GatedFn,
     panel_f32: PanelFn,
     interleave_panel: InterleaveFn,
+    i8_tile: I8TileFn,
+    /// Whether `i8_tile` is a SIMD dot-instruction kernel (not the reference).
+    i8_simd: bool,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -131,6 +134,8 @@ impl Kernels {
             silu_mul_f32: scalar::silu_mul_f32,
             panel_f32: scalar::panel_f32,
             interleave_panel: scalar::interleave_panel,
+            i8_tile: scalar::tile_i8,
+            i8_simd: false,
             quant: QuantTable {
                 f32: scalar::quantize_f32,
                 q8_0: scalar::quantize_q8_0,
@@ -148,10 +153,42 @@ impl Kernels {
                 && std::is_x86_feature_detected!("fma")
                 && std::is_x86_feature_detected!("f16c")
             {
-                return Self::avx2_checked();
+                return Self::available().pop().unwrap_or_else(Self::scalar);
             }
         }
         Self::scalar()
+    }
+
+    /// Every table this CPU can run, from the scalar reference to the best
+    /// (for differential tests and benchmarks; [`Kernels::detected`] is the last).
+    pub fn available() -> Vec<Kernels> {
+        let mut tables = vec![Self::scalar()];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::is_x86_feature_detected as has;
+            if !(has!("avx2") && has!("fma") && has!("f16c")) {
+                return tables;
+            }
+            let avx2 = Self::avx2_checked();
+            tables.push(avx2);
+            if has!("avxvnni") {
+                tables.push(Kernels {
+                    isa: "avx2+avxvnni",
+                    i8_tile: crate::kernels::avx2::tile_i8_avxvnni,
+                    i8_simd: true,
+                    ..avx2
+                });
+            }
+            if has!("avx512f") && has!("avx512vnni") {
+                tables.push(Kernels {
+                    isa: "avx2+avx512vnni",
+                    i8_tile: crate::kernels::avx2::tile_i8_avx512vnni,
+                    i8_simd: true,
+                    ..avx2
+                });
+            }
+        }
+        tables
     }
 
     /// The AVX2 table; only called after the CPU check above.
@@ -213,7 +250,8 @@ impl Kernels {
         })
     }
 
-    /// The instruction set of this table: `"scalar"` or `"avx2"`.
+    /// The instruction set of this table: `"scalar"`, `"avx2"`, or `"avx2+avx512vnni"` /
+    /// `"avx2+avxvnni"` (AVX2 plus that int8 GEMM micro-kernel, see [`crate::igemm`]).
     pub fn isa(&self) -> &'static str {
         self.isa
     }
@@ -441,6 +479,16 @@ impl Kernels {
         self.panel_f32
     }
 
+    /// The int8 GEMM micro-kernel of this table (see [`crate::igemm`]).
+    pub(crate) fn i8_tile_fn(&self) -> I8TileFn {
+        self.i8_tile
+    }
+
+    /// Whether the int8 GEMM micro-kernel is a SIMD one.
+    pub(crate) fn i8_gemm_simd(&self) -> bool {
+        self.i8_simd
+    }
+
     /// Interleaves [`crate::kernels::PANEL_ROWS`] rows (stride `ld`) into a GEMM panel:
     /// `panel[k * PANEL_ROWS + j] = rows[j * ld + k]` for `k < kc`.
     pub fn interleave_panel(&self, rows: &[f32], ld: usize, kc: usize, panel: &mut [f32]) {
@@ -461,7 +509,7 @@ impl Kernels {
     }
 }
 
-/// The instruction set the crate-level kernels use (`"scalar"` or `"avx2"`).
+/// The instruction set the crate-level kernels use (see [`Kernels::isa`]).
 pub fn active_isa() -> &'static str {
     Kernels::global().isa()
 }

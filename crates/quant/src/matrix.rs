@@ -185,6 +185,11 @@ impl QuantizedActs {
         &self.data[i * self.row_bytes..(i + 1) * self.row_bytes]
     }
 
+    /// The bytes of all vectors, `n() * row_bytes()` long, vector `i` at `i * row_bytes()`.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..self.n * self.row_bytes]
+    }
+
     /// Allocated capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.data.capacity()

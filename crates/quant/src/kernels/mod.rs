@@ -83,3 +83,45 @@ pub type PanelFn = unsafe fn(
     panel: &[f32],
     acc: &mut [[f32; PANEL_ROWS]; TILE_TOKENS],
 );
+
+/// Weight rows per int8 GEMM panel group: one i32 lane per row of a 512-bit
+/// register (AVX-512), or of two 256-bit ones (see [`crate::igemm`]).
+pub const I8_ROWS: usize = 16;
+/// Activation rows (tokens) per int8 GEMM micro-kernel call.
+pub const I8_TILE_TOKENS: usize = 8;
+/// Bytes of one block of an int8 GEMM panel: [`I8_ROWS`] rows × 32 codes,
+/// interleaved in groups of four codes (`panel[g * 4 * I8_ROWS + r * 4 + j]`
+/// is code `4g + j` of row `r`).
+pub const I8_PANEL_BLOCK: usize = I8_ROWS * 32;
+
+/// Per activation block of an int8 GEMM: the Q8_0 scale widened to f32 and
+/// `-offset · Σ q` (what the weights' unsigned codes overstate the dot by).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+pub struct ActBlockMeta {
+    /// The activation block's scale.
+    pub d: f32,
+    /// `-offset · Σ_k q_k` over the block's 32 activation codes.
+    pub neg_offset_sum: i32,
+}
+
+/// The int8 GEMM micro-kernel (see [`crate::igemm`]): for `t < m <=
+/// I8_TILE_TOKENS` and `r < I8_ROWS`,
+/// `acc[t][r] = Σ_b fma(i_{t,b,r}, scales[b * I8_ROWS + r] · meta[t * ldm + b].d)`
+/// in block order, where `i_{t,b,r} = meta.neg_offset_sum + Σ_k u_{b,r,k} ·
+/// q_{t,b,k}` is exact (unsigned panel codes `u`, the Q8_0 codes `q` of block
+/// `b` of activation row `t`, at `x[t * ldx + 34 b..]`), over `nb` blocks.
+/// Unsafe to call because SIMD versions require CPU features; every version
+/// checks its slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub type I8TileFn = unsafe fn(
+    m: usize,
+    nb: usize,
+    panel: &[u8],
+    scales: &[f32],
+    x: &[u8],
+    ldx: usize,
+    meta: &[ActBlockMeta],
+    ldm: usize,
+    acc: &mut [[f32; I8_ROWS]; I8_TILE_TOKENS],
+);

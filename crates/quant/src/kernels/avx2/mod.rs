@@ -21,6 +21,7 @@ mod legacy;
 mod quantize;
 mod rows;
 mod vector;
+mod vnni;
 
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
 pub use gemm::{interleave_panel, panel_f32};
@@ -34,6 +35,7 @@ pub use legacy::{
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
+pub use vnni::{tile_i8_avx512vnni, tile_i8_avxvnni};
 
 /// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
 /// offsets into `chunks_exact` blocks the check compiles away).

@@ -1,0 +1,209 @@
+//! Int8 GEMM micro-kernels on `vpdpbusd` (four u8 × i8 products summed into
+//! each i32 lane in one instruction, no i16 intermediate to saturate): a
+//! 512-bit AVX512-VNNI version and a 256-bit AVX-VNNI one.
+//!
+//! A panel block holds [`I8_ROWS`] weight rows' unsigned codes interleaved by
+//! four (`64 g + 4 r + j`), so one broadcast group of four activation codes
+//! against one panel register leaves row `r`'s partial dot in lane `r`: eight
+//! `vpdpbusd` per block give each row's exact integer sum, with no horizontal
+//! reduction. Per token and block that is 8 dot instructions for 16 × 32
+//! multiply-adds (512-bit; twice that count at 256 bits), plus a convert and
+//! two f32 operations for the scales.
+//!
+//! # Safety (all functions)
+//! The CPU must support the features each function enables.
+
+use super::at;
+use crate::kernels::{ActBlockMeta, I8_PANEL_BLOCK, I8_ROWS, I8_TILE_TOKENS};
+use std::arch::x86_64::*;
+
+/// The operands of one micro-kernel call, cut to `nb` blocks, with the
+/// activation rows and their block metadata per token.
+struct Operands<'a, const M: usize> {
+    panel: &'a [[u8; I8_PANEL_BLOCK]],
+    scales: &'a [[f32; I8_ROWS]],
+    xs: [&'a [[u8; 34]]; M],
+    metas: [&'a [ActBlockMeta]; M],
+}
+
+/// The four activation codes of group `g` of block `x` as one i32.
+#[inline(always)]
+fn group(x: &[u8; 34], g: usize) -> i32 {
+    i32::from_le_bytes(*at::<4>(x, 2 + 4 * g))
+}
+
+/// Repeats `$body` with `$t` bound to each literal in turn (the token loops
+/// must unroll so that every accumulator stays in a register; LLVM leaves a
+/// loop of 8 × 8 dot instructions rolled and keeps the accumulators on the
+/// stack).
+macro_rules! unroll {
+    ($t:ident in [$($i:literal)*] $body:block) => {
+        $( { let $t: usize = $i; $body } )*
+    };
+}
+
+/// 512-bit micro-kernel for exactly `M` tokens: all [`I8_ROWS`] rows in one
+/// register per code group.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+fn tile512<const M: usize>(o: &Operands<'_, M>, acc: &mut [[f32; I8_ROWS]]) {
+    let mut c = [_mm512_setzero_ps(); M];
+    for (b, (panel, dw)) in o.panel.iter().zip(o.scales).enumerate() {
+        let w: [__m512i; 8] = std::array::from_fn(|g| {
+            let v: &[u8; 64] = at(panel, 64 * g);
+            // SAFETY: `v` is 64 readable bytes; `loadu` needs no alignment.
+            unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+        });
+        // SAFETY: `dw` is 16 readable f32; `loadu` needs no alignment.
+        let dw = unsafe { _mm512_loadu_ps(dw.as_ptr()) };
+        unroll!(t in [0 1 2 3 4 5 6 7] {
+            if t < M {
+                let (x, m) = (&o.xs[t][b], o.metas[t][b]);
+                let mut i = _mm512_set1_epi32(m.neg_offset_sum);
+                for (g, wg) in w.iter().enumerate() {
+                    i = _mm512_dpbusd_epi32(i, *wg, _mm512_set1_epi32(group(x, g)));
+                }
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(m.d));
+                c[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), d, c[t]);
+            }
+        });
+    }
+    for (ct, out) in c.iter().zip(acc.iter_mut()) {
+        // SAFETY: `out` is 16 writable f32; `storeu` needs no alignment.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), *ct) };
+    }
+}
+
+/// 256-bit micro-kernel for exactly `M <= 4` tokens and the eight rows of
+/// half `H` of the group (16 registers: eight panel groups, four
+/// accumulators, the scales and a temporary).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn tile256<const M: usize, const H: usize>(o: &Operands<'_, M>, acc: &mut [[f32; I8_ROWS]]) {
+    let mut c = [_mm256_setzero_ps(); M];
+    for (b, (panel, dw)) in o.panel.iter().zip(o.scales).enumerate() {
+        let w: [__m256i; 8] = std::array::from_fn(|g| super::load256(at(panel, 64 * g + 32 * H)));
+        let dw = super::load_ps(at_f32::<8>(dw, 8 * H));
+        unroll!(t in [0 1 2 3] {
+            if t < M {
+                let (x, m) = (&o.xs[t][b], o.metas[t][b]);
+                let mut i = _mm256_set1_epi32(m.neg_offset_sum);
+                for (g, wg) in w.iter().enumerate() {
+                    i = _mm256_dpbusd_avx_epi32(i, *wg, _mm256_set1_epi32(group(x, g)));
+                }
+                let d = _mm256_mul_ps(dw, _mm256_set1_ps(m.d));
+                c[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), d, c[t]);
+            }
+        });
+    }
+    for (ct, out) in c.iter().zip(acc.iter_mut()) {
+        let out = &mut out[8 * H..][..8];
+        // SAFETY: `out` is 8 writable f32; `storeu` needs no alignment.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), *ct) };
+    }
+}
+
+/// The fixed-size array at `s[off..off + N]`.
+#[inline(always)]
+fn at_f32<const N: usize>(s: &[f32], off: usize) -> &[f32; N] {
+    s[off..off + N].try_into().expect("in bounds")
+}
+
+/// Cuts the raw operands of [`crate::kernels::I8TileFn`] for `M` tokens from
+/// `t0` on. Panics (never reads out of bounds) when a slice is too short.
+#[allow(clippy::too_many_arguments)]
+fn operands<'a, const M: usize>(
+    t0: usize,
+    nb: usize,
+    panel: &'a [u8],
+    scales: &'a [f32],
+    x: &'a [u8],
+    ldx: usize,
+    meta: &'a [ActBlockMeta],
+    ldm: usize,
+) -> Operands<'a, M> {
+    let (panel, _) = panel.as_chunks::<I8_PANEL_BLOCK>();
+    let (scales, _) = scales.as_chunks::<I8_ROWS>();
+    Operands {
+        panel: &panel[..nb],
+        scales: &scales[..nb],
+        xs: std::array::from_fn(|t| x[(t0 + t) * ldx..][..nb * 34].as_chunks::<34>().0),
+        metas: std::array::from_fn(|t| &meta[(t0 + t) * ldm..][..nb]),
+    }
+}
+
+/// See [`crate::kernels::I8TileFn`] (512-bit version).
+///
+/// # Safety
+/// CPU must support avx512f+avx512vnni. Panics (never reads out of bounds)
+/// when a slice is too short.
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_i8_avx512vnni(
+    m: usize,
+    nb: usize,
+    panel: &[u8],
+    scales: &[f32],
+    x: &[u8],
+    ldx: usize,
+    meta: &[ActBlockMeta],
+    ldm: usize,
+    acc: &mut [[f32; I8_ROWS]; I8_TILE_TOKENS],
+) {
+    assert!(m <= I8_TILE_TOKENS, "tile shape");
+    if m == 0 || nb == 0 {
+        return;
+    }
+    macro_rules! call {
+        ($($k:literal)*) => {
+            match m {
+                $($k => tile512::<$k>(&operands(0, nb, panel, scales, x, ldx, meta, ldm), acc),)*
+                _ => unreachable!("m <= I8_TILE_TOKENS"),
+            }
+        };
+    }
+    call!(1 2 3 4 5 6 7 8)
+}
+
+/// See [`crate::kernels::I8TileFn`] (256-bit version).
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c+avxvnni. Panics (never reads out of
+/// bounds) when a slice is too short.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_i8_avxvnni(
+    m: usize,
+    nb: usize,
+    panel: &[u8],
+    scales: &[f32],
+    x: &[u8],
+    ldx: usize,
+    meta: &[ActBlockMeta],
+    ldm: usize,
+    acc: &mut [[f32; I8_ROWS]; I8_TILE_TOKENS],
+) {
+    assert!(m <= I8_TILE_TOKENS, "tile shape");
+    if nb == 0 {
+        return;
+    }
+    let mut t0 = 0;
+    while t0 < m {
+        let n = (m - t0).min(4);
+        let acc = &mut acc[t0..];
+        macro_rules! call {
+            ($($k:literal)*) => {
+                match n {
+                    $($k => {
+                        let o = operands::<$k>(t0, nb, panel, scales, x, ldx, meta, ldm);
+                        tile256::<$k, 0>(&o, acc);
+                        tile256::<$k, 1>(&o, acc);
+                    })*
+                    _ => unreachable!("n <= 4"),
+                }
+            };
+        }
+        call!(1 2 3 4);
+        t0 += n;
+    }
+}

@@ -1,0 +1,150 @@
+//! The int8 GEMM path (`matmul_i8`, Q4_0/Q5_0/Q8_0 against Q8_0): the scalar
+//! and SIMD micro-kernels bit for bit, results independent of the thread count,
+//! agreement with an f64 reference over the dequantized operands, ragged shapes
+//! (rows not a multiple of the eight-row group, token counts not a multiple of
+//! the tile), every code byte (random bytes, so Q8_0's -128 too), and typed
+//! errors for bad input.
+
+mod common;
+
+use common::{random_row, Rng};
+use proptest::prelude::*;
+use statelm_gguf::GgmlType;
+use statelm_quant::{dequantize_row, Kernels, QMatrix, QuantError, QuantizedActs, ThreadPool};
+
+const TYPES: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0];
+
+/// f32 summation budget relative to `Σ |w_k x_k|`.
+const SUM_REL: f64 = 1e-5;
+
+/// The kernel tables to compare: the scalar reference, and every table of this CPU with a
+/// SIMD int8 GEMM.
+fn tables() -> Vec<Kernels> {
+    let mut all = Kernels::available();
+    all.retain(|k| k.isa() == "scalar" || k.prefers_i8_gemm(GgmlType::Q8_0));
+    all
+}
+
+/// `(Σ_k x_k w_k, Σ_k |x_k w_k|)` in f64 over the dequantized weights and activations.
+fn reference(w: &QMatrix<'_>, acts: &QuantizedActs) -> Vec<(f64, f64)> {
+    let (rows, cols, n) = (w.rows(), w.cols(), acts.n());
+    let mut x = vec![0f32; n * cols];
+    acts.dequantize(&mut x).unwrap();
+    let mut deq = vec![0f32; cols];
+    let mut y = vec![(0f64, 0f64); n * rows];
+    for r in 0..rows {
+        dequantize_row(w.ty(), w.row(r), &mut deq).unwrap();
+        for t in 0..n {
+            let terms = x[t * cols..][..cols]
+                .iter()
+                .zip(&deq)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b));
+            y[t * rows + r] = terms.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+        }
+    }
+    y
+}
+
+fn bits(y: &[f32]) -> Vec<u32> {
+    y.iter().map(|v| v.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn int8_gemm_is_exact_to_f64_and_identical_across_isas_and_pools(
+        t in 0..TYPES.len(),
+        rows in 1usize..70,
+        blocks in 1usize..7,
+        n in 1usize..20,
+        seed in any::<u64>(),
+    ) {
+        let (ty, cols) = (TYPES[t], 32 * blocks);
+        let mut rng = Rng(seed);
+        let data: Vec<u8> = (0..rows).flat_map(|_| random_row(&mut rng, ty, cols)).collect();
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let mut acts = QuantizedActs::new();
+        acts.quantize(GgmlType::Q8_0, &rng.vec(n * cols), n, cols).unwrap();
+        let mut outs = Vec::new();
+        for k in tables() {
+            for threads in [1, 3] {
+                let mut y = vec![f32::NAN; n * rows];
+                k.matmul_i8(&ThreadPool::new(threads), &w, &acts, &mut y).unwrap();
+                outs.push((k.isa(), y));
+            }
+        }
+        for (isa, y) in &outs[1..] {
+            prop_assert_eq!(bits(y), bits(&outs[0].1), "{} vs scalar", isa);
+        }
+        for (i, (got, (want, magnitude))) in outs[0].1.iter().zip(reference(&w, &acts)).enumerate() {
+            let tol = SUM_REL * magnitude + 1e-30;
+            prop_assert!((f64::from(*got) - want).abs() <= tol, "{ty} [{i}]: {got} vs {want}");
+        }
+    }
+}
+
+/// Q8_0 weight code -128 (valid bytes the quantizer never writes) against the activation
+/// codes of largest magnitude: the integer sums stay exact.
+#[test]
+fn int8_gemm_extreme_codes_are_exact() {
+    let cols = 64;
+    let mut block = vec![0x80u8; 34];
+    block[..2].copy_from_slice(&half::f16::from_f32(1.0).to_le_bytes());
+    let data: Vec<u8> = (0..9 * 2).flat_map(|_| block.clone()).collect();
+    let w = QMatrix::new(GgmlType::Q8_0, 9, cols, &data).unwrap();
+    let mut acts = QuantizedActs::new();
+    acts.quantize(GgmlType::Q8_0, &vec![-1.0; 5 * cols], 5, cols)
+        .unwrap();
+    for k in tables() {
+        let mut y = vec![0f32; 5 * 9];
+        k.matmul_i8(&ThreadPool::new(2), &w, &acts, &mut y).unwrap();
+        for (got, (want, _)) in y.iter().zip(reference(&w, &acts)) {
+            assert_eq!(f64::from(*got), want, "{}", k.isa());
+        }
+    }
+}
+
+#[test]
+fn int8_gemm_bad_input_is_a_typed_error() {
+    let mut rng = Rng(5);
+    let pool = ThreadPool::new(2);
+    let k = Kernels::detected();
+    let q4k: Vec<u8> = (0..2)
+        .flat_map(|_| random_row(&mut rng, GgmlType::Q4_K, 256))
+        .collect();
+    let w = QMatrix::new(GgmlType::Q4_K, 2, 256, &q4k).unwrap();
+    let mut acts = QuantizedActs::new();
+    acts.quantize(GgmlType::Q8_K, &rng.vec(256), 1, 256)
+        .unwrap();
+    let mut y = vec![0f32; 2];
+    assert!(matches!(
+        k.matmul_i8(&pool, &w, &acts, &mut y),
+        Err(QuantError::Unsupported { .. })
+    ));
+    let data: Vec<u8> = (0..2)
+        .flat_map(|_| random_row(&mut rng, GgmlType::Q8_0, 64))
+        .collect();
+    let w = QMatrix::new(GgmlType::Q8_0, 2, 64, &data).unwrap();
+    let mut wrong = QuantizedActs::new();
+    wrong.quantize(GgmlType::F32, &rng.vec(64), 1, 64).unwrap();
+    assert!(matches!(
+        k.matmul_i8(&pool, &w, &wrong, &mut y),
+        Err(QuantError::ActsType { .. })
+    ));
+    let mut narrow = QuantizedActs::new();
+    narrow
+        .quantize(GgmlType::Q8_0, &rng.vec(32), 1, 32)
+        .unwrap();
+    assert!(matches!(
+        k.matmul_i8(&pool, &w, &narrow, &mut y),
+        Err(QuantError::BadLength { .. })
+    ));
+    acts.quantize(GgmlType::Q8_0, &rng.vec(128), 2, 64).unwrap();
+    let mut y4 = vec![0f32; 4];
+    assert!(matches!(
+        k.matmul_i8(&pool, &w, &acts, &mut y4[..3]),
+        Err(QuantError::BadLength { .. })
+    ));
+    k.matmul_i8(&pool, &w, &acts, &mut y4).unwrap();
+}
