@@ -133,6 +133,22 @@ fn bench_matmul(c: &mut Criterion) {
                         .expect("matmul_f32")
                 })
             });
+            // The int8 GEMM under every table of this CPU that has a SIMD one.
+            for k in Kernels::available() {
+                if !k.prefers_i8_gemm(*ty) {
+                    continue;
+                }
+                let id = BenchmarkId::new(
+                    format!("{ty} {label} i8 gemm {}", k.isa()),
+                    format!("{threads}t"),
+                );
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        k.matmul_i8(&pool, &w, black_box(&acts), &mut y)
+                            .expect("matmul_i8")
+                    })
+                });
+            }
         }
     }
     group.finish();
