@@ -18,6 +18,7 @@ use crate::kv::LayerCache;
 use crate::scratch::fit;
 use statelm_quant::kernels::scalar::{hsum8, reduce_dot_partials};
 use statelm_quant::{BMatrix, Kernels, QuantError, ThreadPool};
+use std::ops::Range;
 use std::sync::Mutex;
 
 /// Batches of at least this many tokens attend with GEMMs — the same threshold as the
@@ -255,16 +256,21 @@ fn attend_block_gemm(
     (st, scores, panels): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<f32>),
     o: &mut [f32],
 ) -> Result<(), QuantError> {
-    let (cells, d, dv) = (kv.pos.len(), s.head_dim, s.v_head_dim);
+    let (d, dv) = (s.head_dim, s.v_head_dim);
     let rows = qs.len() / d;
     let kernels = Kernels::global();
+    // Only the cells some query of the block sees (a causal batch's first blocks skip the
+    // later cells), widened so the sums keep their bits (see `visible_cells`).
+    let visible = visible_cells(s, kv.pos, b.p0, b.p0 + (rows / b.heads).max(1) - 1);
+    let (c0, pos) = (visible.start, &kv.pos[visible]);
+    let cells = pos.len();
     // Sᵀ [cells, rows] = K_kvh · Qᵀ
     let st = fit(st, cells * rows);
     let queries = BMatrix::Rows {
         data: qs,
         stride: d,
     };
-    let keys = &kv.kf[b.kvh * d..];
+    let keys = &kv.kf[(c0 * s.n_head_kv + b.kvh) * d..];
     kernels.gemm_f32_with(
         cells,
         rows,
@@ -280,7 +286,7 @@ fn attend_block_gemm(
     let scores = fit(scores, rows * cells);
     for (r, row) in scores.chunks_exact_mut(cells).enumerate() {
         let qpos = (b.p0 + r / b.heads) as u32;
-        for ((v, &p), st_row) in row.iter_mut().zip(kv.pos).zip(st.chunks_exact(rows)) {
+        for ((v, &p), st_row) in row.iter_mut().zip(pos).zip(st.chunks_exact(rows)) {
             *v = if is_visible(s, qpos, p) {
                 st_row[r] * s.scale
             } else {
@@ -291,10 +297,29 @@ fn attend_block_gemm(
     }
     // O [rows, Dv] = P · V_kvh
     let values = BMatrix::Cols {
-        data: &kv.vf[b.kvh * dv..],
+        data: &kv.vf[(c0 * s.n_head_kv + b.kvh) * dv..],
         stride: s.n_head_kv * dv,
     };
     kernels.gemm_f32_with(rows, dv, cells, scores, cells, values, o, dv, panels)
+}
+
+/// The cells a block of queries at positions `first..=last` can see, as one index range: from
+/// the first visible cell, rounded down to a multiple of [`statelm_quant::gemm::KC`], to the
+/// last visible cell. What it leaves out are cells every query masks (probability exactly 0):
+/// trailing ones only drop `+ 0` terms at the ends of the softmax sum and of each `P·V` chain,
+/// and the rounded start keeps the GEMM's column slices where they were, so every result keeps
+/// its bits. A wrapped ring may still span the whole cache.
+fn visible_cells(s: &AttentionShape, pos: &[u32], first: usize, last: usize) -> Range<usize> {
+    let (first, last) = (first as u32, last as u32);
+    let seen = |p: u32| p <= last && s.window.is_none_or(|w| first.saturating_sub(p) < w as u32);
+    let Some(lo) = pos.iter().position(|&p| seen(p)) else {
+        return 0..pos.len();
+    };
+    let hi = pos
+        .iter()
+        .rposition(|&p| seen(p))
+        .map_or(pos.len(), |i| i + 1);
+    lo / statelm_quant::gemm::KC * statelm_quant::gemm::KC..hi
 }
 
 /// The dot path for one block of query rows `qs [rows, D]` (token-major) into `o [rows, Dv]`,
@@ -448,6 +473,51 @@ mod tests {
                     assert!((a - b).abs() < 1e-5, "{ty:?} p0 {p0} n {n}: {a} vs {b}");
                 }
                 p0 += n;
+            }
+        }
+    }
+
+    #[test]
+    fn visible_cells_cover_every_visible_cell() {
+        let kc = statelm_quant::gemm::KC as u32;
+        let shape = |window| AttentionShape {
+            n_head: 1,
+            n_head_kv: 1,
+            head_dim: 8,
+            v_head_dim: 8,
+            scale: 1.0,
+            window,
+        };
+        // In order from 0, a ring wrapped after 2·KC + 100 positions, and a ring with a window.
+        let ordered: Vec<u32> = (0..3 * kc).collect();
+        let wrapped: Vec<u32> = (0..3 * kc)
+            .map(|i| if i < 100 { 3 * kc + i } else { i })
+            .collect();
+        for (pos, window) in [
+            (&ordered, None),
+            (&wrapped, None),
+            (&wrapped, Some(kc as usize + 7)),
+        ] {
+            let s = shape(window);
+            for (first, last) in [
+                (0, 0),
+                (0, 63),
+                (100, 163),
+                (kc + 5, 2 * kc),
+                (3 * kc - 1, 3 * kc + 99),
+            ] {
+                let r = visible_cells(&s, pos, first as usize, last as usize);
+                assert_eq!(r.start % kc as usize, 0);
+                for (i, &p) in pos.iter().enumerate() {
+                    let seen = (first..=last).any(|q| is_visible(&s, q, p));
+                    assert!(
+                        !seen || r.contains(&i),
+                        "{window:?} {first}..={last}: cell {i} at {p}"
+                    );
+                }
+                if window.is_none() && pos == &ordered {
+                    assert_eq!(r.end, (last + 1).min(3 * kc) as usize, "causal end");
+                }
             }
         }
     }
