@@ -8,7 +8,11 @@
 Each round runs one `statelm bench --json` process and one llama.cpp process per file, in
 alternating order (A B, then B A), so a busy machine slows both alike. Each round gives its own
 ratio; the table prints the median of those paired ratios and their range over the rounds (the
-tok/s columns are medians over rounds). Only the ratios are meant to be read.
+tok/s columns are medians over rounds). Only the ratios are meant to be read. The first lines name
+the instruction sets on both sides: statelm's kernel table and llama.cpp's build features (a
+build with `GGML_NATIVE=OFF -DGGML_AVX2=ON` has no AVX-512/VNNI; the default, native build uses
+what the CPU has). `--llama-path DIR` runs the llama.cpp side from a `pip install --target DIR`
+build, to compare several builds of it.
 """
 import argparse
 import json
@@ -28,10 +32,13 @@ def run_statelm(model, threads, decode):
     return json.loads(out)
 
 
-def run_llama(model, threads, decode):
+def run_llama(model, threads, decode, path=None):
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [path, env.get("PYTHONPATH")] if p)
     out = subprocess.run([sys.executable, os.path.join(HERE, "llama_cpp_bench.py"), model,
                           "--threads", str(threads), "--reps", "1", "--decode", str(decode)],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -41,6 +48,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--llama-path", help="directory of a llama-cpp-python install to use")
     a = ap.parse_args()
     rows = []
     metrics = [("decode", lambda r: r["decode_tok_s"]["median"]),
@@ -52,11 +60,12 @@ def main():
         for i in range(a.rounds):
             if i % 2 == 0:
                 s.append(run_statelm(model, a.threads, a.decode))
-                l.append(run_llama(model, a.threads, a.decode))
+                l.append(run_llama(model, a.threads, a.decode, a.llama_path))
             else:
-                l.append(run_llama(model, a.threads, a.decode))
+                l.append(run_llama(model, a.threads, a.decode, a.llama_path))
                 s.append(run_statelm(model, a.threads, a.decode))
-        row = {"model": os.path.basename(model)}
+        row = {"model": os.path.basename(model), "statelm_isa": s[0].get("isa", "?"),
+               "llama_system_info": l[0].get("system_info", "?")}
         for key, f in metrics:
             ratios = [f(x) / f(y) for x, y in zip(s, l)]
             row[key] = {"statelm": statistics.median(f(x) for x in s),
@@ -65,6 +74,8 @@ def main():
                         "ratio_min": min(ratios), "ratio_max": max(ratios)}
         row["llama_python_overhead"] = statistics.median(r["python_overhead_share"] for r in l)
         rows.append(row)
+    print(f"statelm kernels: {rows[0]['statelm_isa']}")
+    print(f"llama.cpp build: {rows[0]['llama_system_info']}")
     print(f"{'file':<44} {'metric':<13} {'statelm':>9} {'llama.cpp':>9} {'ratio':>6}  range")
     for r in rows:
         for key, _ in metrics:

@@ -107,6 +107,7 @@ def main():
         "prefill_tok_s": prefill, "decode_tok_s": stat(rates), "time_to_first_token_s": stat(ttfts),
         "python_overhead_share": statistics.median(overhead),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "system_info": L.llama_print_system_info().decode().strip(),
     }))
 
 

@@ -19,6 +19,10 @@ use std::sync::OnceLock;
 /// (read once, when [`Kernels::global`] is first built).
 pub const FORCE_SCALAR_ENV: &str = "STATELM_FORCE_SCALAR";
 
+/// Environment variable that selects a kernel table by its [`Kernels::isa`]
+/// name (read once, when [`Kernels::global`] is first built).
+pub const ISA_ENV: &str = "STATELM_ISA";
+
 #[derive(Clone, Copy)]
 struct DotTable {
     f32: DotFn,
@@ -237,16 +241,22 @@ impl Kernels {
         k
     }
 
-    /// The process-wide table: [`Kernels::detected`], or [`Kernels::scalar`]
-    /// when `STATELM_FORCE_SCALAR=1`. Built once, on first use.
+    /// The process-wide table: [`Kernels::detected`]; [`Kernels::scalar`]
+    /// when `STATELM_FORCE_SCALAR=1`; or, when `STATELM_ISA` names a table of
+    /// [`Kernels::available`] (e.g. `avx2`, to compare with a build of another
+    /// runtime that has no AVX-512), that table. A name this CPU cannot run is
+    /// ignored. Built once, on first use.
     pub fn global() -> &'static Kernels {
         static GLOBAL: OnceLock<Kernels> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             if std::env::var(FORCE_SCALAR_ENV).is_ok_and(|v| v.trim() == "1") {
-                Kernels::scalar()
-            } else {
-                Kernels::detected()
+                return Kernels::scalar();
             }
+            let wanted = std::env::var(ISA_ENV).unwrap_or_default();
+            Kernels::available()
+                .into_iter()
+                .find(|k| k.isa() == wanted.trim())
+                .unwrap_or_else(Kernels::detected)
         })
     }
 

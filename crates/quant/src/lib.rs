@@ -85,7 +85,7 @@ pub mod matvec;
 pub mod pool;
 
 pub use bandwidth::measure_read_bandwidth;
-pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV};
+pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV, ISA_ENV};
 pub use error::QuantError;
 pub use formats::{can_quantize, dequantize_row, quantize_row};
 pub use gemm::{matmul_f32, BMatrix, GEMM_MIN_VECS};
