@@ -183,11 +183,15 @@ impl Kernels {
                     ..avx2
                 });
             }
-            if has!("avx512f") && has!("avx512vnni") {
+            if has!("avx512f") && has!("avx512vnni") && has!("avx512bw") && has!("avx512vl") {
                 tables.push(Kernels {
                     isa: "avx2+avx512vnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avx512vnni,
                     i8_simd: true,
+                    rows8: Rows8Table {
+                        q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
+                        ..avx2.rows8
+                    },
                     ..avx2
                 });
             }

@@ -47,7 +47,7 @@ pub unsafe fn rows8_q5_0_q8_0(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
 /// vector, all cut to the shortest, so indexing block `b < ys.len()` of any
 /// row needs no further check.
 #[inline(always)]
-fn row_blocks<'a, const WB: usize, const R: usize>(
+pub(super) fn row_blocks<'a, const WB: usize, const R: usize>(
     w: [&'a [u8]; R],
     a: &'a [u8],
 ) -> ([&'a [[u8; WB]]; R], &'a [[u8; 34]]) {
