@@ -189,8 +189,8 @@ impl Kernels {
                     i8_tile: crate::kernels::avx2::tile_i8_avx512vnni,
                     i8_simd: true,
                     rows8: Rows8Table {
+                        q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
-                        ..avx2.rows8
                     },
                     ..avx2
                 });

@@ -35,7 +35,7 @@ pub use legacy::{
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
-pub use rows_vnni::rows8_q5_0_q8_0_avx512vnni;
+pub use rows_vnni::{rows8_q4_0_q8_0_avx512vnni, rows8_q5_0_q8_0_avx512vnni};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 pub use vnni::{tile_i8_avx512vnni, tile_i8_avxvnni};
 

@@ -104,7 +104,7 @@ fn rows4_lane_acc<const WB: usize>(
 /// sum of `p[r]`'s lanes, by a tree of horizontal adds.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
+pub(super) fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
     let h01 = _mm256_hadd_epi32(p[0], p[1]);
     let h23 = _mm256_hadd_epi32(p[2], p[3]);
     let h45 = _mm256_hadd_epi32(p[4], p[5]);
@@ -120,7 +120,7 @@ fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
 /// Horizontal sum of 8 i32, broadcast to every lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_epi32_all(v: __m256i) -> __m256i {
+pub(super) fn hsum_epi32_all(v: __m256i) -> __m256i {
     let s = _mm256_add_epi32(v, _mm256_permute2x128_si256::<0x01>(v, v));
     let s = _mm256_add_epi32(s, _mm256_shuffle_epi32::<0b01_00_11_10>(s));
     _mm256_add_epi32(s, _mm256_shuffle_epi32::<0b10_11_00_01>(s))

@@ -1,13 +1,13 @@
-//! AVX512-VNNI versions (256-bit, EVEX-encoded) of the eight-row Q5_0 matvec
-//! kernel of [`super::rows`]: the fifth code bit merged by one masked byte
+//! AVX512-VNNI versions (256-bit, EVEX-encoded) of the eight-row Q4_0 and
+//! Q5_0 matvec kernels of [`super::rows`]: each block's products summed by one
+//! `vpdpbusd` instead of `maddubs` + `madd` (for Q5_0 starting from the
+//! negated code offset), and Q5_0's fifth code bit merged by one masked byte
 //! add straight from the `qh` word (`vpaddb` under a 32-bit mask) instead of
-//! expanding it through a shuffle and compare, and each block's products
-//! summed by one `vpdpbusd` that starts from the negated code offset. Every
-//! lane holds the same exact integer as in `rows`, so the results are
-//! bit-identical to the single dots.
+//! expanding it through a shuffle and compare. Every lane holds the same exact
+//! integer as in `rows`, so the results are bit-identical to the single dots.
 
-use super::rows::row_blocks;
-use super::{at, half_lane0, hsum_ps, load256, nibbles_32, prefetch_at};
+use super::rows::{hsum_epi32_all, row_blocks, sum_lanes8};
+use super::{at, half_lane0, hsum_ps, le16, load256, nibbles_32, prefetch_at};
 use std::arch::x86_64::*;
 
 /// Q5_0 weights: eight rows · one Q8_0 vector (bit-identical to eight single
@@ -52,4 +52,40 @@ fn rows4_q5_0(w: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
         }
     }
     acc.map(|v| hsum_ps(v))
+}
+
+/// Q4_0 weights: eight rows · one Q8_0 vector (bit-identical to eight single
+/// dots), in the one-FMA-per-block order of `rows8_q4_0_q8_0`: each row's
+/// exact block integer in its own lane, one f32x8 FMA for the eight rows.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c and avx512f+avx512bw+avx512vl+avx512vnni;
+/// slice lengths as checked by the caller.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn rows8_q4_0_q8_0_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
+    let (xs, ys) = row_blocks::<18, 8>(w, a);
+    let zero = _mm256_setzero_si256();
+    let mut acc = _mm256_setzero_ps();
+    for (b, y) in ys.iter().enumerate() {
+        let dy = _mm256_broadcastss_ps(half_lane0(at(y, 0)));
+        let qy = load256(at(y, 2));
+        // Unsigned codes overstate each row's sum by 8 · Σ of the block's activation codes.
+        let corr = hsum_epi32_all(_mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), qy));
+        let mut p = [zero; 8];
+        let mut dx = [0u16; 8];
+        for r in 0..8 {
+            let x = &xs[r][b];
+            prefetch_at(x, 8 * w[r].len());
+            p[r] = _mm256_dpbusd_epi32(zero, nibbles_32(at(x, 2)), qy);
+            dx[r] = le16(x, 0);
+        }
+        let [h0, h1, h2, h3, h4, h5, h6, h7] = dx.map(|h| h as i16);
+        let dx = _mm256_cvtph_ps(_mm_setr_epi16(h0, h1, h2, h3, h4, h5, h6, h7));
+        let isum = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum_lanes8(p), corr));
+        acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
+    }
+    let mut out = [0f32; 8];
+    // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+    out
 }
