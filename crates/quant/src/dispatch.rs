@@ -95,8 +95,9 @@ pub struct Kernels {
     panel_f32: PanelFn,
     interleave_panel: InterleaveFn,
     i8_tile: I8TileFn,
-    /// Whether `i8_tile` is a SIMD dot-instruction kernel (not the reference).
-    i8_simd: bool,
+    /// The largest code offset (see [`crate::igemm::code_offset`]) whose codes `i8_tile` sums
+    /// fast and exactly; 0 when it is the scalar reference.
+    i8_fast_offset: u8,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -139,7 +140,7 @@ impl Kernels {
             panel_f32: scalar::panel_f32,
             interleave_panel: scalar::interleave_panel,
             i8_tile: scalar::tile_i8,
-            i8_simd: false,
+            i8_fast_offset: 0,
             quant: QuantTable {
                 f32: scalar::quantize_f32,
                 q8_0: scalar::quantize_q8_0,
@@ -179,7 +180,7 @@ impl Kernels {
                 tables.push(Kernels {
                     isa: "avx2+avxvnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avxvnni,
-                    i8_simd: true,
+                    i8_fast_offset: 128,
                     ..avx2
                 });
             }
@@ -187,7 +188,7 @@ impl Kernels {
                 tables.push(Kernels {
                     isa: "avx2+avx512vnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avx512vnni,
-                    i8_simd: true,
+                    i8_fast_offset: 128,
                     rows8: Rows8Table {
                         q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
@@ -239,6 +240,8 @@ impl Kernels {
         k.softmax_f32 = avx2::softmax_f32;
         k.silu_mul_f32 = avx2::silu_mul_f32;
         k.panel_f32 = avx2::panel_f32;
+        k.i8_tile = avx2::tile_i8_avx2;
+        k.i8_fast_offset = 16;
         k.interleave_panel = avx2::interleave_panel;
         k.quant.q8_0 = avx2::quantize_q8_0;
         k.quant.q8_k = avx2::quantize_q8_k;
@@ -498,9 +501,9 @@ impl Kernels {
         self.i8_tile
     }
 
-    /// Whether the int8 GEMM micro-kernel is a SIMD one.
-    pub(crate) fn i8_gemm_simd(&self) -> bool {
-        self.i8_simd
+    /// The largest code offset the int8 GEMM micro-kernel sums fast (0: none).
+    pub(crate) fn i8_fast_offset(&self) -> u8 {
+        self.i8_fast_offset
     }
 
     /// Interleaves [`crate::kernels::PANEL_ROWS`] rows (stride `ld`) into a GEMM panel:

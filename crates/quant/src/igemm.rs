@@ -1,6 +1,7 @@
 //! Prefill products as an int8 GEMM, for Q4_0, Q5_0 and Q8_0 weights against
 //! Q8_0 activations, on CPUs with a u8 × i8 dot instruction (`vpdpbusd` of
-//! AVX512-VNNI or AVX-VNNI).
+//! AVX512-VNNI or AVX-VNNI), and for Q4_0 and Q5_0 on plain AVX2
+//! (`vpmaddubsw`, exact for codes below 32).
 //!
 //! [`crate::gemm`]'s f32 GEMM does 8 multiply-adds per instruction. With
 //! `vpdpbusd` one instruction does 32 (8 lanes × 4 byte products) exactly in
@@ -49,10 +50,11 @@ pub fn code_offset(ty: GgmlType) -> Option<u8> {
 impl Kernels {
     /// Whether batches of at least [`crate::GEMM_MIN_VECS`] vectors against
     /// weights of type `w` should take [`Kernels::matmul_i8`]: the type has
-    /// unsigned codes ([`code_offset`]) and this table has a SIMD int8 dot
-    /// (the scalar micro-kernel is a reference, not a fast path).
+    /// unsigned codes ([`code_offset`]) and this table has a SIMD micro-kernel
+    /// for codes that large (AVX2 `vpmaddubsw`: Q4_0 and Q5_0; VNNI: Q8_0
+    /// too). The scalar micro-kernel is a reference, not a fast path.
     pub fn prefers_i8_gemm(&self, w: GgmlType) -> bool {
-        self.i8_gemm_simd() && code_offset(w).is_some()
+        code_offset(w).is_some_and(|o| o <= self.i8_fast_offset())
     }
 
     /// `y[i * rows + r] = w_r · x_i` for the `n` Q8_0 vectors in `acts`, as
@@ -82,7 +84,12 @@ impl Kernels {
         let per_thread = rows.div_ceil(pool.n_threads() * CHUNKS_PER_THREAD);
         let max_rows = (MAX_CHUNK_BYTES / w.cols().max(1)).max(I8_ROWS);
         let chunk = per_thread.clamp(1, max_rows).div_ceil(I8_ROWS) * I8_ROWS;
-        let tile = self.i8_tile_fn();
+        // A SIMD kernel sums only codes up to its offset exactly; the reference takes the rest.
+        let tile = if offset <= self.i8_fast_offset() {
+            self.i8_tile_fn()
+        } else {
+            crate::kernels::scalar::tile_i8
+        };
         let out = OutPtr::new(y);
         pool.run(rows.div_ceil(chunk), &|t| {
             let r0 = t * chunk;

@@ -14,9 +14,10 @@
 //!   weights dequantized once into packed panels, then an f32 GEMM with a
 //!   6 × 16 register tile (scalar and AVX2 micro-kernels agree bit for bit).
 //! * [`igemm`]: the prefill product for Q4_0/Q5_0/Q8_0 weights on CPUs with
-//!   an int8 dot instruction (AVX512-VNNI, AVX-VNNI): rows packed once as
-//!   unsigned codes interleaved by four, then `vpdpbusd` tiles of 16 rows ×
-//!   8 tokens with exact integer block sums (scalar reference bit for bit).
+//!   an int8 dot instruction (AVX512-VNNI, AVX-VNNI), and for Q4_0/Q5_0 on
+//!   plain AVX2 (`vpmaddubsw`): rows packed once as unsigned codes
+//!   interleaved by four, then tiles of 16 rows × 8 tokens with exact integer
+//!   block sums (scalar reference bit for bit).
 //! * [`Kernels::dot_f32`] / [`Kernels::axpy_f32`]: the float vector operations
 //!   of attention.
 //!

@@ -16,16 +16,17 @@ use std::arch::x86_64::*;
 
 mod float;
 mod gemm;
+mod igemm;
 mod kquants;
 mod legacy;
 mod quantize;
 mod rows;
 mod rows_vnni;
 mod vector;
-mod vnni;
 
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
 pub use gemm::{interleave_panel, panel_f32};
+pub use igemm::{tile_i8_avx2, tile_i8_avx512vnni, tile_i8_avxvnni};
 pub use kquants::{
     dot4_q4_k_q8_k, dot4_q5_k_q8_k, dot4_q6_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k,
 };
@@ -37,7 +38,6 @@ pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use rows_vnni::{rows8_q4_0_q8_0_avx512vnni, rows8_q5_0_q8_0_avx512vnni};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
-pub use vnni::{tile_i8_avx512vnni, tile_i8_avxvnni};
 
 /// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
 /// offsets into `chunks_exact` blocks the check compiles away).
