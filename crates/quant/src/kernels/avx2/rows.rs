@@ -104,7 +104,7 @@ fn rows4_lane_acc<const WB: usize>(
 /// sum of `p[r]`'s lanes, by a tree of horizontal adds.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
+fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
     let h01 = _mm256_hadd_epi32(p[0], p[1]);
     let h23 = _mm256_hadd_epi32(p[2], p[3]);
     let h45 = _mm256_hadd_epi32(p[4], p[5]);
@@ -155,11 +155,33 @@ fn rows8_block_fma<const WB: usize>(
             p[r] = mul_sum_u8_i8(decode(x), qy);
             dx[r] = le16(x, 0);
         }
-        let [h0, h1, h2, h3, h4, h5, h6, h7] = dx.map(|h| h as i16);
-        let dx = _mm256_cvtph_ps(_mm_setr_epi16(h0, h1, h2, h3, h4, h5, h6, h7));
-        let isum = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum_lanes8(p), corr));
-        acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
+        acc = block_fma8(p, corr, dx, dy, acc);
     }
+    store8(acc)
+}
+
+/// One block of the eight-row Q4_0 order: row r's exact integer `p[r]` summed into lane r
+/// ([`sum_lanes8`]) less the shared offset term `corr`, times its `d_x * d_y` (the halves `dx`
+/// widened beside the broadcast `dy`), accumulated into `acc` by one f32x8 FMA.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn block_fma8(
+    p: [__m256i; 8],
+    corr: __m256i,
+    dx: [u16; 8],
+    dy: __m256,
+    acc: __m256,
+) -> __m256 {
+    let [h0, h1, h2, h3, h4, h5, h6, h7] = dx.map(|h| h as i16);
+    let dx = _mm256_cvtph_ps(_mm_setr_epi16(h0, h1, h2, h3, h4, h5, h6, h7));
+    let isum = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum_lanes8(p), corr));
+    _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc)
+}
+
+/// The eight lanes of `acc`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn store8(acc: __m256) -> [f32; 8] {
     let mut out = [0f32; 8];
     // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };

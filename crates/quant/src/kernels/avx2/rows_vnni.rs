@@ -6,7 +6,7 @@
 //! expanding it through a shuffle and compare. Every lane holds the same exact
 //! integer as in `rows`, so the results are bit-identical to the single dots.
 
-use super::rows::{hsum_epi32_all, row_blocks, sum_lanes8};
+use super::rows::{block_fma8, hsum_epi32_all, row_blocks, store8};
 use super::{at, half_lane0, hsum_ps, le16, load256, nibbles_32, prefetch_at};
 use std::arch::x86_64::*;
 
@@ -79,13 +79,7 @@ pub unsafe fn rows8_q4_0_q8_0_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> 
             p[r] = _mm256_dpbusd_epi32(zero, nibbles_32(at(x, 2)), qy);
             dx[r] = le16(x, 0);
         }
-        let [h0, h1, h2, h3, h4, h5, h6, h7] = dx.map(|h| h as i16);
-        let dx = _mm256_cvtph_ps(_mm_setr_epi16(h0, h1, h2, h3, h4, h5, h6, h7));
-        let isum = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum_lanes8(p), corr));
-        acc = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc);
+        acc = block_fma8(p, corr, dx, dy, acc);
     }
-    let mut out = [0f32; 8];
-    // SAFETY: `out` is 8 writable f32; `storeu` has no alignment requirement.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
-    out
+    store8(acc)
 }
