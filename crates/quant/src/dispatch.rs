@@ -152,16 +152,7 @@ impl Kernels {
 
     /// The best kernels this CPU supports (ignores `STATELM_FORCE_SCALAR`).
     pub fn detected() -> Kernels {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx2")
-                && std::is_x86_feature_detected!("fma")
-                && std::is_x86_feature_detected!("f16c")
-            {
-                return Self::available().pop().unwrap_or_else(Self::scalar);
-            }
-        }
-        Self::scalar()
+        Self::available().pop().unwrap_or_else(Self::scalar)
     }
 
     /// Every table this CPU can run, from the scalar reference to the best
