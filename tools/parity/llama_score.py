@@ -4,7 +4,7 @@ the parity test scores statelm: teacher-forced (the prompt as one batch, then ea
 step's token decoded alone), top-1 agreement and mean |Δlogit| over each step's 20 reference ids.
 f32 KV cache and plain attention by default, like the `.f32kv-nofa` files.
 
-    python3 tools/parity/llama_score.py MODEL.gguf ../shared/reference/logits-X.f32kv-nofa.json
+    python3 tools/parity/llama_score.py MODEL.gguf reference/logits-X.f32kv-nofa.json
     python3 tools/parity/llama_score.py --one-by-one MODEL.gguf REF.json   # prompt token by token
 """
 import json

@@ -1,4 +1,4 @@
-//! Parity with llama.cpp, teacher-forced, on the real models (`../shared/reference`).
+//! Parity with llama.cpp, teacher-forced, on the real models (`reference/`).
 //!
 //! Bars (from the issue): with an f32 KV cache against llama.cpp's most precise run
 //! (`.f32kv-nofa`), top-1 agreement ≥ 99% of all steps and mean |Δlogit| ≤ 0.1 over each step's

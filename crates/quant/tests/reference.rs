@@ -10,7 +10,7 @@ use std::path::PathBuf;
 fn reference_dir() -> PathBuf {
     let dir = match std::env::var_os("STATELM_REFERENCE_DIR") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../reference"),
     };
     assert!(
         dir.join("dequant").is_dir(),

@@ -57,14 +57,14 @@ pub fn qwen_path() -> Option<PathBuf> {
     model_path(MODELS[1].1)
 }
 
-/// The llama.cpp reference directory: `$STATELM_REFERENCE_DIR`, else `../shared/reference`
-/// relative to the workspace root. Panics when it is missing: the parity tests need it.
+/// The llama.cpp reference directory: `$STATELM_REFERENCE_DIR`, else the repository's own
+/// copy, `<workspace>/reference`. Panics when it is missing: the parity tests need it.
 pub fn reference_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("STATELM_REFERENCE_DIR") {
         return PathBuf::from(d);
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let p = root.join("../shared/reference");
+    let p = root.join("reference");
     assert!(
         p.join("README.md").exists(),
         "reference outputs not found at {} (set STATELM_REFERENCE_DIR)",

@@ -23,12 +23,12 @@ pub fn models_dir() -> PathBuf {
     cache.join("models")
 }
 
-/// `$STATELM_REFERENCE_DIR` or `<workspace>/../shared/reference`.
+/// `$STATELM_REFERENCE_DIR` or the repository's own copy, `<workspace>/reference`.
 pub fn reference_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("STATELM_REFERENCE_DIR") {
         return PathBuf::from(d);
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../reference")
 }
 
 fn skip_allowed() -> bool {
