@@ -1,10 +1,13 @@
 //! Run-time kernel selection.
 //!
 //! A [`Kernels`] table holds one dot kernel per weight type and one quantizer
-//! per activation type. [`Kernels::detected`] picks AVX2+FMA+F16C kernels when
-//! `is_x86_feature_detected!` says the CPU has them (other architectures and
-//! older CPUs get the scalar table); [`Kernels::global`] builds the table the
-//! crate-level functions use once, honouring `STATELM_FORCE_SCALAR=1`.
+//! per activation type. [`Kernels::detected`] picks the best table this CPU
+//! runs: on x86_64 AVX2+FMA+F16C (with AVX-VNNI or AVX512-VNNI int8 GEMMs)
+//! when `is_x86_feature_detected!` says so; on aarch64 NEON, with `sdot`
+//! (FEAT_DotProd) and `usdot` (FEAT_I8MM) when `is_aarch64_feature_detected!`
+//! says so; elsewhere the scalar table. [`Kernels::global`] builds the table
+//! the crate-level functions use once, honouring `STATELM_FORCE_SCALAR=1` and
+//! `STATELM_ISA`.
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
@@ -64,6 +67,7 @@ struct TileTable {
 struct Rows8Table {
     q4_0: Option<Rows8Fn>,
     q5_0: Option<Rows8Fn>,
+    q8_0: Option<Rows8Fn>,
 }
 
 #[derive(Clone, Copy)]
@@ -183,12 +187,111 @@ impl Kernels {
                     rows8: Rows8Table {
                         q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
+                        q8_0: None,
                     },
                     ..avx2
                 });
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            use std::arch::is_aarch64_feature_detected as has;
+            let neon = Self::neon();
+            tables.push(neon);
+            if has!("dotprod") {
+                let dotprod = Self::neon_dotprod_checked(neon);
+                tables.push(dotprod);
+                if has!("i8mm") {
+                    tables.push(Kernels {
+                        isa: "neon+dotprod+i8mm",
+                        i8_tile: crate::kernels::neon::tile_i8_i8mm,
+                        i8_fast_offset: 128,
+                        ..dotprod
+                    });
+                }
+            }
+        }
         tables
+    }
+
+    /// The plain NEON table (every aarch64 CPU has NEON).
+    #[cfg(target_arch = "aarch64")]
+    fn neon() -> Kernels {
+        use crate::kernels::neon as n;
+        let mut k = Self::scalar();
+        k.isa = "neon";
+        k.dot.q4_0 = n::dot_q4_0_q8_0;
+        k.dot.q4_1 = n::dot_q4_1_q8_1;
+        k.dot.q5_0 = n::dot_q5_0_q8_0;
+        k.dot.q5_1 = n::dot_q5_1_q8_1;
+        k.dot.q8_0 = n::dot_q8_0_q8_0;
+        k.dot.q4_k = n::dot_q4_k_q8_k;
+        k.dot.q5_k = n::dot_q5_k_q8_k;
+        k.dot.q6_k = n::dot_q6_k_q8_k;
+        k.dot4 = Dot4Table {
+            q4_0: Some(n::dot4_q4_0_q8_0),
+            q5_0: Some(n::dot4_q5_0_q8_0),
+            q8_0: Some(n::dot4_q8_0_q8_0),
+            q4_k: Some(n::dot4_q4_k_q8_k),
+            q5_k: Some(n::dot4_q5_k_q8_k),
+            q6_k: Some(n::dot4_q6_k_q8_k),
+        };
+        k.tile = TileTable {
+            q4_0: Some(n::tile_q4_0_q8_0),
+            q5_0: Some(n::tile_q5_0_q8_0),
+            q8_0: Some(n::tile_q8_0_q8_0),
+        };
+        k.rows8 = Rows8Table {
+            q4_0: Some(n::rows8_q4_0_q8_0),
+            q5_0: Some(n::rows8_q5_0_q8_0),
+            q8_0: Some(n::rows8_q8_0_q8_0),
+        };
+        k.vec_dot_f32 = n::dot_f32;
+        k.axpy_f32 = n::axpy_f32;
+        k.f16_to_f32 = n::f16_to_f32;
+        k.softmax_f32 = n::softmax_f32;
+        k.silu_mul_f32 = n::silu_mul_f32;
+        k.panel_f32 = n::panel_f32;
+        k.interleave_panel = n::interleave_panel;
+        k.i8_tile = n::tile_i8_neon;
+        k.i8_fast_offset = 16;
+        k
+    }
+
+    /// The NEON table with `sdot` block dots; only called after the CPU check above.
+    #[cfg(target_arch = "aarch64")]
+    fn neon_dotprod_checked(neon: Kernels) -> Kernels {
+        use crate::kernels::neon as n;
+        let mut k = neon;
+        k.isa = "neon+dotprod";
+        k.dot.q4_0 = n::dot_q4_0_q8_0_dotprod;
+        k.dot.q4_1 = n::dot_q4_1_q8_1_dotprod;
+        k.dot.q5_0 = n::dot_q5_0_q8_0_dotprod;
+        k.dot.q5_1 = n::dot_q5_1_q8_1_dotprod;
+        k.dot.q8_0 = n::dot_q8_0_q8_0_dotprod;
+        k.dot.q4_k = n::dot_q4_k_q8_k_dotprod;
+        k.dot.q5_k = n::dot_q5_k_q8_k_dotprod;
+        k.dot.q6_k = n::dot_q6_k_q8_k_dotprod;
+        k.dot4 = Dot4Table {
+            q4_0: Some(n::dot4_q4_0_q8_0_dotprod),
+            q5_0: Some(n::dot4_q5_0_q8_0_dotprod),
+            q8_0: Some(n::dot4_q8_0_q8_0_dotprod),
+            q4_k: Some(n::dot4_q4_k_q8_k_dotprod),
+            q5_k: Some(n::dot4_q5_k_q8_k_dotprod),
+            q6_k: Some(n::dot4_q6_k_q8_k_dotprod),
+        };
+        k.tile = TileTable {
+            q4_0: Some(n::tile_q4_0_q8_0_dotprod),
+            q5_0: Some(n::tile_q5_0_q8_0_dotprod),
+            q8_0: Some(n::tile_q8_0_q8_0_dotprod),
+        };
+        k.rows8 = Rows8Table {
+            q4_0: Some(n::rows8_q4_0_q8_0_dotprod),
+            q5_0: Some(n::rows8_q5_0_q8_0_dotprod),
+            q8_0: Some(n::rows8_q8_0_q8_0_dotprod),
+        };
+        k.i8_tile = n::tile_i8_dotprod;
+        k
     }
 
     /// The AVX2 table; only called after the CPU check above.
@@ -224,6 +327,7 @@ impl Kernels {
         k.rows8 = Rows8Table {
             q4_0: Some(avx2::rows8_q4_0_q8_0),
             q5_0: Some(avx2::rows8_q5_0_q8_0),
+            q8_0: None,
         };
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
@@ -259,7 +363,8 @@ impl Kernels {
     }
 
     /// The instruction set of this table: `"scalar"`, `"avx2"`, or `"avx2+avx512vnni"` /
-    /// `"avx2+avxvnni"` (AVX2 plus that int8 GEMM micro-kernel, see [`crate::igemm`]).
+    /// `"avx2+avxvnni"` (AVX2 plus that int8 GEMM micro-kernel, see [`crate::igemm`]) on
+    /// x86_64; `"neon"`, `"neon+dotprod"` or `"neon+dotprod+i8mm"` on aarch64.
     pub fn isa(&self) -> &'static str {
         self.isa
     }
@@ -325,6 +430,7 @@ impl Kernels {
         match w {
             GgmlType::Q4_0 => self.rows8.q4_0,
             GgmlType::Q5_0 => self.rows8.q5_0,
+            GgmlType::Q8_0 => self.rows8.q8_0,
             _ => None,
         }
     }

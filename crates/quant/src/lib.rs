@@ -4,9 +4,10 @@
 //!   [`dequantize_row`] for every format and [`quantize_row`] for the formats
 //!   in [`can_quantize`].
 //! * [`kernels`]: dot products of a weight row with an activation vector, as a
-//!   scalar reference ([`kernels::scalar`]) and AVX2+FMA+F16C versions
-//!   ([`kernels::avx2`]); [`Kernels`] selects them at run time
-//!   (`STATELM_FORCE_SCALAR=1` forces scalar).
+//!   scalar reference ([`kernels::scalar`]), AVX2+FMA+F16C versions (`kernels::avx2`,
+//!   x86_64) and NEON versions (`kernels::neon`, aarch64: plain, `dotprod`, `i8mm`);
+//!   [`Kernels`] selects them at run time (`STATELM_FORCE_SCALAR=1` forces scalar,
+//!   `STATELM_ISA` picks a table by name).
 //! * [`QMatrix`], [`QuantizedActs`], [`matvec()`], [`matmul()`]: the decode and
 //!   small-batch products, split across a persistent [`ThreadPool`]; matmul
 //!   runs two-row × four-vector register tiles for Q4_0/Q5_0/Q8_0.
@@ -29,21 +30,27 @@
 //!
 //! # ISA coverage
 //!
-//! | weights | activations | scalar | AVX2 | AVX2 four-vector (matmul) |
-//! |---------|-------------|--------|------|---------------------------|
-//! | F32     | f32         | yes    | yes  | no (4 single dots) |
-//! | F16     | f32         | yes    | yes (F16C) | no |
-//! | BF16    | f32         | yes    | yes  | no |
-//! | Q8_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) |
-//! | Q4_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) |
-//! | Q5_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) |
-//! | Q4_1    | Q8_1        | yes    | yes  | no |
-//! | Q5_1    | Q8_1        | yes    | yes  | no |
-//! | Q2_K    | Q8_K        | yes    | scalar only | no |
-//! | Q3_K    | Q8_K        | yes    | scalar only | no |
-//! | Q4_K    | Q8_K        | yes    | yes  | yes |
-//! | Q5_K    | Q8_K        | yes    | yes  | yes |
-//! | Q6_K    | Q8_K        | yes    | yes  | yes |
+//! | weights | activations | scalar | AVX2 | AVX2 four-vector (matmul) | NEON (all three tables) |
+//! |---------|-------------|--------|------|---------------------------|-------------------------|
+//! | F32     | f32         | yes    | yes  | no (4 single dots) | scalar dot |
+//! | F16     | f32         | yes    | yes (F16C) | no | scalar dot |
+//! | BF16    | f32         | yes    | yes  | no | scalar dot |
+//! | Q8_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) | dot, 4-vector, 2 × 4 tile, 8-row |
+//! | Q4_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) | dot, 4-vector, 2 × 4 tile, 8-row |
+//! | Q5_0    | Q8_0        | yes    | yes  | yes (+ 2 × 4 tile) | dot, 4-vector, 2 × 4 tile, 8-row |
+//! | Q4_1    | Q8_1        | yes    | yes  | no | dot |
+//! | Q5_1    | Q8_1        | yes    | yes  | no | dot |
+//! | Q2_K    | Q8_K        | yes    | scalar only | no | scalar only |
+//! | Q3_K    | Q8_K        | yes    | scalar only | no | scalar only |
+//! | Q4_K    | Q8_K        | yes    | yes  | yes | dot, 4-vector |
+//! | Q5_K    | Q8_K        | yes    | yes  | yes | dot, 4-vector |
+//! | Q6_K    | Q8_K        | yes    | yes  | yes | dot, 4-vector |
+//!
+//! NEON also has the float vector kernels (dot, axpy, f16 widening, softmax, SwiGLU), the f32
+//! GEMM micro-kernel and panel transposes, and the int8 GEMM micro-kernel (`smull`, `sdot`,
+//! or `usdot` with i8mm, which also takes Q8_0's codes); its activation quantizers are the
+//! scalar ones. Every NEON kernel sums in the order of its AVX2 counterpart, so both give the
+//! same bits.
 //!
 //! | activation quantizer | scalar | AVX2 |
 //! |----------------------|--------|------|
@@ -52,8 +59,8 @@
 //! | Q8_1                 | yes    | scalar only |
 //! | F32 (copy)           | yes    | n/a  |
 //!
-//! Other architectures (e.g. aarch64) use the scalar kernels, written so the
-//! compiler can vectorize them.
+//! Other architectures use the scalar kernels, written so the compiler can
+//! vectorize them.
 //!
 //! # Quantizers and error budgets (tested)
 //!

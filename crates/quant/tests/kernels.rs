@@ -7,6 +7,7 @@ mod common;
 use common::{elems, magnitude, random_row, Rng, DOT_TYPES};
 use proptest::prelude::*;
 use statelm_gguf::GgmlType;
+use statelm_quant::kernels::scalar::hsum8;
 use statelm_quant::{can_quantize, dequantize_row, quantize_row, vec_dot_type, Kernels};
 
 /// Relative budget (to [`magnitude`]) for SIMD vs scalar: f32 summation order.
@@ -298,6 +299,75 @@ fn softmax_sums_to_one() {
     }
 }
 
+/// The f32 order of the SIMD dots of Q8_0, Q5_0, Q4_1 and Q5_1 (ggml's x86 `vec_dot`s, which
+/// the AVX2 and NEON kernels both follow): per block eight exact i32 lanes (lane `k` sums codes
+/// `4k..4k+4`), one FMA each by `d_x·d_y` into eight f32 lanes, then [`hsum8`]; Q4_1 and Q5_1
+/// add the running f32 sum of `m_x·s_y`.
+fn simd_lane_order(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
+    use statelm_quant::formats::float::h2f;
+    use statelm_quant::formats::{
+        read_block, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
+    };
+    let (wb, ab) = (ty.block_bytes(), vec_dot_type(ty).block_bytes());
+    let (mut lanes, mut summs) = ([0f32; 8], 0f32);
+    for (x, y) in w.chunks_exact(wb).zip(a.chunks_exact(ab)) {
+        let (codes, d, y_codes): ([i32; 32], f32, [i8; 32]) = match ty {
+            GgmlType::Q8_0 | GgmlType::Q5_0 => {
+                let yb: BlockQ8_0 = read_block(y);
+                let (c, dx) = if ty == GgmlType::Q8_0 {
+                    let xb: BlockQ8_0 = read_block(x);
+                    (xb.qs.map(i32::from), xb.d)
+                } else {
+                    let xb: BlockQ5_0 = read_block(x);
+                    (xb.unpack().map(i32::from), xb.d)
+                };
+                (c, h2f(dx) * h2f(yb.d), yb.qs)
+            }
+            _ => {
+                let yb: BlockQ8_1 = read_block(y);
+                let (c, dx, m) = if ty == GgmlType::Q4_1 {
+                    let xb: BlockQ4_1 = read_block(x);
+                    (xb.unpack().map(i32::from), xb.d, xb.m)
+                } else {
+                    let xb: BlockQ5_1 = read_block(x);
+                    (xb.unpack().map(i32::from), xb.d, xb.m)
+                };
+                summs += h2f(m) * h2f(yb.s);
+                (c, h2f(dx) * h2f(yb.d), yb.qs)
+            }
+        };
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let isum: i32 = (4 * k..4 * k + 4)
+                .map(|i| codes[i] * i32::from(y_codes[i]))
+                .sum();
+            *lane = (isum as f32).mul_add(d, *lane);
+        }
+    }
+    hsum8(&lanes) + summs
+}
+
+#[test]
+fn simd_dots_sum_in_the_x86_lane_order() {
+    let mut rng = Rng(7);
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
+    ] {
+        for blocks in [1, 3, 17] {
+            let n = elems(ty, blocks);
+            let w = random_row(&mut rng, ty, n);
+            let (a, _) = quantized_acts(&Kernels::scalar(), ty, &rng.vec(n));
+            let want = simd_lane_order(ty, &w, &a).to_bits();
+            for k in Kernels::available().into_iter().skip(1) {
+                let got = k.vec_dot(ty, n, &w, &a).unwrap().to_bits();
+                assert_eq!(got, want, "{ty} x{blocks} on {}", k.isa());
+            }
+        }
+    }
+}
+
 /// The bit patterns of a slice (NaN-safe equality).
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -316,6 +386,23 @@ fn both_dispatch_paths_exist() {
         let all = Kernels::available();
         assert_eq!(all[1].isa(), "avx2");
         assert_eq!(all.last().map(|k| k.isa()), Some(d.isa()));
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // NEON is part of every aarch64 CPU: the plain table always, the others as detected.
+        let all = Kernels::available();
+        assert_eq!(all[1].isa(), "neon");
+        assert!(d.isa().starts_with("neon"), "{}", d.isa());
+        let has = |f: &str| all.iter().any(|k| k.isa().contains(f));
+        assert_eq!(
+            has("dotprod"),
+            std::arch::is_aarch64_feature_detected!("dotprod")
+        );
+        assert_eq!(
+            has("i8mm"),
+            std::arch::is_aarch64_feature_detected!("dotprod")
+                && std::arch::is_aarch64_feature_detected!("i8mm")
+        );
     }
     eprintln!(
         "detected ISA: {}; active ISA: {}",

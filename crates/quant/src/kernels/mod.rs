@@ -1,6 +1,7 @@
 //! Dot-product kernels, one per (weight format, activation format) pair, in a
-//! portable scalar reference version ([`scalar`]) and an AVX2+FMA+F16C version
-//! ([`avx2`], x86_64 only). [`crate::dispatch::Kernels`] picks one at run time.
+//! portable scalar reference version ([`scalar`]), an AVX2+FMA+F16C version
+//! (`avx2`, x86_64 only) and a NEON version (`neon`, aarch64 only, with
+//! `dotprod` and `i8mm` variants). [`crate::dispatch::Kernels`] picks one at run time.
 //!
 //! Every kernel has the signature of [`DotFn`]: `n` elements of one weight row
 //! `w` (bytes in the weight format) against one activation vector `a` (bytes in
@@ -15,6 +16,48 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+
+/// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
+/// offsets into whole blocks the check compiles away).
+#[inline(always)]
+pub(crate) fn at<const N: usize>(s: &[u8], off: usize) -> &[u8; N] {
+    s[off..off + N].try_into().expect("block field in bounds")
+}
+
+/// Little-endian u16 at `off`.
+#[inline(always)]
+#[allow(dead_code)] // the x86 kernels' helper
+pub(crate) fn le16(s: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes(*at::<2>(s, off))
+}
+
+/// The f32 scale of a Q8_K block (bytes 0..4; codes follow at 4..260, bsums at 260..292).
+#[inline(always)]
+pub(crate) fn q8k_d(y: &[u8]) -> f32 {
+    f32::from_le_bytes(*at::<4>(y, 0))
+}
+
+/// The 16 sums of 16 codes each of a Q8_K block.
+#[inline(always)]
+pub(crate) fn q8k_bsums(y: &[u8]) -> [i16; 16] {
+    let b = at::<32>(y, 260);
+    std::array::from_fn(|i| i16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+}
+
+/// The whole blocks of `s` as arrays (a short tail is dropped), so block
+/// fields at constant offsets need no bounds checks (`<[u8]>::as_chunks`
+/// does the same from Rust 1.88).
+#[inline(always)]
+pub(crate) fn blocks<const B: usize>(s: &[u8]) -> &[[u8; B]] {
+    let n = s.len().checked_div(B).unwrap_or(0);
+    // SAFETY: `[u8; B]` has size `B` and alignment 1, so the first `n * B <=
+    // s.len()` bytes of `s` are exactly `n` valid arrays, borrowed for `s`'s
+    // lifetime.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<[u8; B]>(), n) }
+}
 
 /// A dot-product kernel (see the module docs). Unsafe to call because SIMD
 /// versions require CPU features; the slice lengths must be those of `n`
@@ -125,3 +168,40 @@ pub type I8TileFn = unsafe fn(
     ldm: usize,
     acc: &mut [[f32; I8_ROWS]; I8_TILE_TOKENS],
 );
+
+/// The operands of one int8 GEMM micro-kernel call ([`I8TileFn`]), cut to `nb` blocks, with
+/// the activation rows and their block metadata per token (for the SIMD micro-kernels).
+#[allow(dead_code)] // not every architecture has a SIMD micro-kernel
+pub(crate) struct I8Operands<'a, const M: usize> {
+    /// The panel's blocks.
+    pub panel: &'a [[u8; I8_PANEL_BLOCK]],
+    /// The rows' scales per block.
+    pub scales: &'a [[f32; I8_ROWS]],
+    /// Each token's Q8_0 blocks.
+    pub xs: [&'a [[u8; 34]]; M],
+    /// Each token's block metadata.
+    pub metas: [&'a [ActBlockMeta]; M],
+}
+
+/// Cuts the raw operands of [`I8TileFn`] for `M` tokens from `t0` on. Panics (never reads
+/// out of bounds) when a slice is too short.
+#[allow(clippy::too_many_arguments, dead_code)]
+pub(crate) fn operands<'a, const M: usize>(
+    t0: usize,
+    nb: usize,
+    panel: &'a [u8],
+    scales: &'a [f32],
+    x: &'a [u8],
+    ldx: usize,
+    meta: &'a [ActBlockMeta],
+    ldm: usize,
+) -> I8Operands<'a, M> {
+    let (panel, _) = panel.as_chunks::<I8_PANEL_BLOCK>();
+    let (scales, _) = scales.as_chunks::<I8_ROWS>();
+    I8Operands {
+        panel: &panel[..nb],
+        scales: &scales[..nb],
+        xs: std::array::from_fn(|t| x[(t0 + t) * ldx..][..nb * 34].as_chunks::<34>().0),
+        metas: std::array::from_fn(|t| &meta[(t0 + t) * ldm..][..nb]),
+    }
+}

@@ -15,17 +15,10 @@
 //! The CPU must support the features each function enables.
 
 use super::at;
-use crate::kernels::{ActBlockMeta, I8_PANEL_BLOCK, I8_ROWS, I8_TILE_TOKENS};
+use crate::kernels::{
+    operands, ActBlockMeta, I8Operands as Operands, I8_PANEL_BLOCK, I8_ROWS, I8_TILE_TOKENS,
+};
 use std::arch::x86_64::*;
-
-/// The operands of one micro-kernel call, cut to `nb` blocks, with the
-/// activation rows and their block metadata per token.
-struct Operands<'a, const M: usize> {
-    panel: &'a [[u8; I8_PANEL_BLOCK]],
-    scales: &'a [[f32; I8_ROWS]],
-    xs: [&'a [[u8; 34]]; M],
-    metas: [&'a [ActBlockMeta]; M],
-}
 
 /// The four activation codes of group `g` of block `x` as one i32.
 #[inline(always)]
@@ -156,29 +149,6 @@ fn store_half<const H: usize>(c: &[__m256], acc: &mut [[f32; I8_ROWS]]) {
 #[inline(always)]
 fn at_f32<const N: usize>(s: &[f32], off: usize) -> &[f32; N] {
     s[off..off + N].try_into().expect("in bounds")
-}
-
-/// Cuts the raw operands of [`crate::kernels::I8TileFn`] for `M` tokens from
-/// `t0` on. Panics (never reads out of bounds) when a slice is too short.
-#[allow(clippy::too_many_arguments)]
-fn operands<'a, const M: usize>(
-    t0: usize,
-    nb: usize,
-    panel: &'a [u8],
-    scales: &'a [f32],
-    x: &'a [u8],
-    ldx: usize,
-    meta: &'a [ActBlockMeta],
-    ldm: usize,
-) -> Operands<'a, M> {
-    let (panel, _) = panel.as_chunks::<I8_PANEL_BLOCK>();
-    let (scales, _) = scales.as_chunks::<I8_ROWS>();
-    Operands {
-        panel: &panel[..nb],
-        scales: &scales[..nb],
-        xs: std::array::from_fn(|t| x[(t0 + t) * ldx..][..nb * 34].as_chunks::<34>().0),
-        metas: std::array::from_fn(|t| &meta[(t0 + t) * ldm..][..nb]),
-    }
 }
 
 /// See [`crate::kernels::I8TileFn`] (512-bit version).

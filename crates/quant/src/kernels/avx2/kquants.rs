@@ -11,19 +11,8 @@ use super::{at, hsum_epi32, hsum_ps, le16, load256, prefetch_ahead};
 use crate::formats::float::f16_to_f32;
 use crate::formats::q4_k::unpack_scales;
 use crate::kernels::scalar::min_sum;
+use crate::kernels::{q8k_bsums, q8k_d};
 use std::arch::x86_64::*;
-
-/// Q8_K block fields: f32 scale at 0, codes at 4..260, bsums at 260..292.
-#[inline(always)]
-fn q8k_d(y: &[u8]) -> f32 {
-    f32::from_le_bytes(*at::<4>(y, 0))
-}
-
-#[inline(always)]
-fn q8k_bsums(y: &[u8]) -> [i16; 16] {
-    let b = at::<32>(y, 260);
-    std::array::from_fn(|i| i16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
-}
 
 /// Walks super-blocks of `wb` bytes against `V` Q8_K vectors: `decode` runs
 /// once per weight super-block and returns a closure that yields its

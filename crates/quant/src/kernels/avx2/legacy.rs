@@ -96,17 +96,7 @@ q8_0_tile!(tile_q8_0_q8_0, 34, decode_q8_0, false, "Q8_0");
 q8_0_tile!(tile_q4_0_q8_0, 18, decode_q4_0, true, "Q4_0");
 q8_0_tile!(tile_q5_0_q8_0, 22, decode_q5_0, false, "Q5_0");
 
-/// The whole blocks of `s` as arrays (a short tail is dropped), so block
-/// fields at constant offsets need no bounds checks (`<[u8]>::as_chunks`,
-/// which is newer than the workspace's MSRV).
-#[inline(always)]
-pub(super) fn blocks<const B: usize>(s: &[u8]) -> &[[u8; B]] {
-    let n = s.len().checked_div(B).unwrap_or(0);
-    // SAFETY: `[u8; B]` has size `B` and alignment 1, so the first `n * B <=
-    // s.len()` bytes of `s` are exactly `n` valid arrays, borrowed for `s`'s
-    // lifetime.
-    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<[u8; B]>(), n) }
-}
+pub(super) use crate::kernels::blocks;
 
 /// Pairwise sums of `qx * y` for signed bytes, as 8 i32 lanes, given
 /// `ax = |qx|` (hoisted out of the vector loop). Exact when `y` is in

@@ -39,18 +39,7 @@ pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use rows_vnni::{rows8_q4_0_q8_0_avx512vnni, rows8_q5_0_q8_0_avx512vnni};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 
-/// The fixed-size array at `s[off..off + N]` (bounds-checked; with constant
-/// offsets into `chunks_exact` blocks the check compiles away).
-#[inline(always)]
-pub(crate) fn at<const N: usize>(s: &[u8], off: usize) -> &[u8; N] {
-    s[off..off + N].try_into().expect("block field in bounds")
-}
-
-/// Little-endian u16 at `off`.
-#[inline(always)]
-pub(crate) fn le16(s: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes(*at::<2>(s, off))
-}
+pub(crate) use super::{at, le16};
 
 /// Loads 32 bytes.
 #[inline]
