@@ -8,7 +8,7 @@
 //! `float32x4_t` accumulators reduced by [`super::hsum8`] — AVX2's `f32x8` order — or, for
 //! Q4_0 (ggml's repacked order, as on x86), one scalar FMA of the block's integer sum.
 
-use super::{h2f, hsum8, idot32, load_s8, load_u8, prefetch_ahead};
+use super::{h2f, hsum8, idot16, idot32, load_s8, load_u8, prefetch_ahead};
 use crate::kernels::{at, blocks};
 use std::arch::aarch64::*;
 
@@ -97,12 +97,14 @@ fn rows_acts<
             let dy = h2f(at(y, 0));
             let qy = decode_q8_0(y);
             for r in 0..R {
-                let p = idot32::<SDOT>(qx[r], qy);
                 let d = dx[r] * dy;
                 if BLOCK_FMA {
-                    let isum = vaddvq_s32(vaddq_s32(p[0], p[1])) as f32;
-                    acc_s[r][v] = isum.mul_add(d, acc_s[r][v]);
+                    // Only the block's total counts: one accumulator for both halves.
+                    let lanes = idot16::<SDOT>(vdupq_n_s32(0), qx[r][0], qy[0]);
+                    let lanes = idot16::<SDOT>(lanes, qx[r][1], qy[1]);
+                    acc_s[r][v] = (vaddvq_s32(lanes) as f32).mul_add(d, acc_s[r][v]);
                 } else {
+                    let p = idot32::<SDOT>(qx[r], qy);
                     let l = &mut acc[r][v];
                     l[0] = vfmaq_n_f32(l[0], vcvtq_f32_s32(p[0]), d);
                     l[1] = vfmaq_n_f32(l[1], vcvtq_f32_s32(p[1]), d);
