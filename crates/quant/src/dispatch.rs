@@ -8,8 +8,8 @@
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
-    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, PanelFn, QuantFn, Rows8Fn,
-    SoftmaxFn, TileFn, VecDotFn, WidenFn,
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, KTileFn, PanelFn, QuantFn,
+    Rows8Fn, SoftmaxFn, TileFn, VecDotFn, WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -98,6 +98,8 @@ pub struct Kernels {
     /// The largest code offset (see [`crate::igemm::code_offset`]) whose codes `i8_tile` sums
     /// fast and exactly; 0 when it is the scalar reference.
     i8_fast_offset: u8,
+    /// The K-quant int8 GEMM micro-kernel (see [`crate::igemm_k`]) and whether it is a SIMD one.
+    k_tile: (KTileFn, bool),
 }
 
 impl std::fmt::Debug for Kernels {
@@ -141,6 +143,7 @@ impl Kernels {
             interleave_panel: scalar::interleave_panel,
             i8_tile: scalar::tile_i8,
             i8_fast_offset: 0,
+            k_tile: (scalar::tile_i8_k, false),
             quant: QuantTable {
                 f32: scalar::quantize_f32,
                 q8_0: scalar::quantize_q8_0,
@@ -172,6 +175,7 @@ impl Kernels {
                     isa: "avx2+avxvnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avxvnni,
                     i8_fast_offset: 128,
+                    k_tile: (crate::kernels::avx2::tile_i8_k_avxvnni, true),
                     ..avx2
                 });
             }
@@ -180,6 +184,7 @@ impl Kernels {
                     isa: "avx2+avx512vnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avx512vnni,
                     i8_fast_offset: 128,
+                    k_tile: (crate::kernels::avx2::tile_i8_k_avx512vnni, true),
                     rows8: Rows8Table {
                         q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
@@ -233,6 +238,7 @@ impl Kernels {
         k.panel_f32 = avx2::panel_f32;
         k.i8_tile = avx2::tile_i8_avx2;
         k.i8_fast_offset = 16;
+        k.k_tile = (avx2::tile_i8_k_avx2, true);
         k.interleave_panel = avx2::interleave_panel;
         k.quant.q8_0 = avx2::quantize_q8_0;
         k.quant.q8_k = avx2::quantize_q8_k;
@@ -490,6 +496,16 @@ impl Kernels {
     /// The int8 GEMM micro-kernel of this table (see [`crate::igemm`]).
     pub(crate) fn i8_tile_fn(&self) -> I8TileFn {
         self.i8_tile
+    }
+
+    /// The K-quant int8 GEMM micro-kernel of this table (see [`crate::igemm_k`]).
+    pub(crate) fn k_tile_fn(&self) -> KTileFn {
+        self.k_tile.0
+    }
+
+    /// Whether [`Kernels::k_tile_fn`] is a SIMD micro-kernel (not the scalar reference).
+    pub(crate) fn k_tile_is_fast(&self) -> bool {
+        self.k_tile.1
     }
 
     /// The largest code offset the int8 GEMM micro-kernel sums fast (0: none).
