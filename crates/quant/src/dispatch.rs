@@ -64,6 +64,8 @@ struct TileTable {
 struct Rows8Table {
     q4_0: Option<Rows8Fn>,
     q5_0: Option<Rows8Fn>,
+    q4_k: Option<Rows8Fn>,
+    q6_k: Option<Rows8Fn>,
 }
 
 #[derive(Clone, Copy)]
@@ -188,6 +190,7 @@ impl Kernels {
                     rows8: Rows8Table {
                         q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
+                        ..avx2.rows8
                     },
                     ..avx2
                 });
@@ -229,6 +232,8 @@ impl Kernels {
         k.rows8 = Rows8Table {
             q4_0: Some(avx2::rows8_q4_0_q8_0),
             q5_0: Some(avx2::rows8_q5_0_q8_0),
+            q4_k: Some(avx2::rows8_q4_k_q8_k),
+            q6_k: Some(avx2::rows8_q6_k_q8_k),
         };
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
@@ -331,6 +336,8 @@ impl Kernels {
         match w {
             GgmlType::Q4_0 => self.rows8.q4_0,
             GgmlType::Q5_0 => self.rows8.q5_0,
+            GgmlType::Q4_K => self.rows8.q4_k,
+            GgmlType::Q6_K => self.rows8.q6_k,
             _ => None,
         }
     }
