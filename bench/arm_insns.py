@@ -4,7 +4,7 @@
     objdump -d --no-show-raw-insn -C <objects of libstatelm_quant.rlib> > quant.asm
     python3 bench/arm_insns.py quant.asm
 
-For each kernel it finds the innermost loop that walks the weight blocks (a backward branch
+For each kernel it finds the loop that walks the weight blocks (the largest backward branch
 whose body advances a pointer by a multiple of the block size), and prints the loop's
 instruction count divided by the blocks one pass handles (and by the rows/vectors a tile
 kernel serves). A static count: what one block costs the core's front end, not a timing.
@@ -42,7 +42,8 @@ def functions(text):
 
 
 def block_loop(insns, block_bytes):
-    """(instructions in the loop, blocks per pass) of the smallest loop stepping by blocks."""
+    """(instructions in the loop, blocks per pass) of the largest loop stepping by blocks (the
+    block loop; loops inside it, over rows or groups, are part of a block's cost)."""
     best = None
     for i, (off, mn, ops) in enumerate(insns):
         if not (mn.startswith("b.") or mn in ("b", "cbnz", "cbz", "tbnz", "tbz")):
@@ -62,8 +63,8 @@ def block_loop(insns, block_bytes):
                     steps.append(v // block_bytes)
         if not steps:
             continue
-        cand = (len(body), max(steps))
-        if best is None or cand[0] < best[0]:
+        cand = (len(body), min(steps))
+        if best is None or cand[0] > best[0]:
             best = cand
     return best
 

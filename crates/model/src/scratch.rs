@@ -188,8 +188,9 @@ impl ActsCache {
     /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
     /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
     /// batches then take the integer kernels; batches of at least
-    /// [`statelm_quant::GEMM_MIN_VECS`] take the int8 GEMM where the CPU has an int8 dot
-    /// instruction and the weights are Q4_0/Q5_0/Q8_0 (the same integer products), else the
+    /// [`statelm_quant::GEMM_MIN_VECS`] take the int8 GEMM where the kernel table has a SIMD
+    /// micro-kernel for the weights (Q4_0/Q5_0/Q8_0, and Q4_K/Q5_K/Q6_K — the same integer
+    /// products; for Q4_K/Q5_K the very sums of decode), else the
     /// f32 GEMM over the dequantized copy — the same products, summed in another order, several
     /// times faster.
     pub fn project(

@@ -11,8 +11,8 @@
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
-    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, PanelFn, QuantFn, Rows8Fn,
-    SoftmaxFn, TileFn, VecDotFn, WidenFn,
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, KTileFn, PanelFn, QuantFn,
+    Rows8Fn, SoftmaxFn, TileFn, VecDotFn, WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -68,6 +68,8 @@ struct Rows8Table {
     q4_0: Option<Rows8Fn>,
     q5_0: Option<Rows8Fn>,
     q8_0: Option<Rows8Fn>,
+    q4_k: Option<Rows8Fn>,
+    q6_k: Option<Rows8Fn>,
 }
 
 #[derive(Clone, Copy)]
@@ -102,6 +104,8 @@ pub struct Kernels {
     /// The largest code offset (see [`crate::igemm::code_offset`]) whose codes `i8_tile` sums
     /// fast and exactly; 0 when it is the scalar reference.
     i8_fast_offset: u8,
+    /// The K-quant int8 GEMM micro-kernel (see [`crate::igemm_k`]) and whether it is a SIMD one.
+    k_tile: (KTileFn, bool),
 }
 
 impl std::fmt::Debug for Kernels {
@@ -145,6 +149,7 @@ impl Kernels {
             interleave_panel: scalar::interleave_panel,
             i8_tile: scalar::tile_i8,
             i8_fast_offset: 0,
+            k_tile: (scalar::tile_i8_k, false),
             quant: QuantTable {
                 f32: scalar::quantize_f32,
                 q8_0: scalar::quantize_q8_0,
@@ -176,6 +181,7 @@ impl Kernels {
                     isa: "avx2+avxvnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avxvnni,
                     i8_fast_offset: 128,
+                    k_tile: (crate::kernels::avx2::tile_i8_k_avxvnni, true),
                     ..avx2
                 });
             }
@@ -184,10 +190,11 @@ impl Kernels {
                     isa: "avx2+avx512vnni",
                     i8_tile: crate::kernels::avx2::tile_i8_avx512vnni,
                     i8_fast_offset: 128,
+                    k_tile: (crate::kernels::avx2::tile_i8_k_avx512vnni, true),
                     rows8: Rows8Table {
                         q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
-                        q8_0: None,
+                        ..avx2.rows8
                     },
                     ..avx2
                 });
@@ -245,6 +252,7 @@ impl Kernels {
             q4_0: Some(n::rows8_q4_0_q8_0),
             q5_0: Some(n::rows8_q5_0_q8_0),
             q8_0: Some(n::rows8_q8_0_q8_0),
+            ..Rows8Table::default()
         };
         k.vec_dot_f32 = n::dot_f32;
         k.axpy_f32 = n::axpy_f32;
@@ -255,6 +263,7 @@ impl Kernels {
         k.interleave_panel = n::interleave_panel;
         k.i8_tile = n::tile_i8_neon;
         k.i8_fast_offset = 16;
+        k.k_tile = (n::tile_i8_k_neon, true);
         k
     }
 
@@ -289,8 +298,10 @@ impl Kernels {
             q4_0: Some(n::rows8_q4_0_q8_0_dotprod),
             q5_0: Some(n::rows8_q5_0_q8_0_dotprod),
             q8_0: Some(n::rows8_q8_0_q8_0_dotprod),
+            ..Rows8Table::default()
         };
         k.i8_tile = n::tile_i8_dotprod;
+        k.k_tile = (n::tile_i8_k_dotprod, true);
         k
     }
 
@@ -328,6 +339,8 @@ impl Kernels {
             q4_0: Some(avx2::rows8_q4_0_q8_0),
             q5_0: Some(avx2::rows8_q5_0_q8_0),
             q8_0: None,
+            q4_k: Some(avx2::rows8_q4_k_q8_k),
+            q6_k: Some(avx2::rows8_q6_k_q8_k),
         };
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;
@@ -337,6 +350,7 @@ impl Kernels {
         k.panel_f32 = avx2::panel_f32;
         k.i8_tile = avx2::tile_i8_avx2;
         k.i8_fast_offset = 16;
+        k.k_tile = (avx2::tile_i8_k_avx2, true);
         k.interleave_panel = avx2::interleave_panel;
         k.quant.q8_0 = avx2::quantize_q8_0;
         k.quant.q8_k = avx2::quantize_q8_k;
@@ -431,6 +445,8 @@ impl Kernels {
             GgmlType::Q4_0 => self.rows8.q4_0,
             GgmlType::Q5_0 => self.rows8.q5_0,
             GgmlType::Q8_0 => self.rows8.q8_0,
+            GgmlType::Q4_K => self.rows8.q4_k,
+            GgmlType::Q6_K => self.rows8.q6_k,
             _ => None,
         }
     }
@@ -596,6 +612,16 @@ impl Kernels {
     /// The int8 GEMM micro-kernel of this table (see [`crate::igemm`]).
     pub(crate) fn i8_tile_fn(&self) -> I8TileFn {
         self.i8_tile
+    }
+
+    /// The K-quant int8 GEMM micro-kernel of this table (see [`crate::igemm_k`]).
+    pub(crate) fn k_tile_fn(&self) -> KTileFn {
+        self.k_tile.0
+    }
+
+    /// Whether [`Kernels::k_tile_fn`] is a SIMD micro-kernel (not the scalar reference).
+    pub(crate) fn k_tile_is_fast(&self) -> bool {
+        self.k_tile.1
     }
 
     /// The largest code offset the int8 GEMM micro-kernel sums fast (0: none).

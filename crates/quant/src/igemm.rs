@@ -34,7 +34,7 @@ use statelm_gguf::GgmlType;
 
 /// Upper bound on the packed bytes of one task's rows (they stay in L2 while
 /// every token tile passes over them).
-const MAX_CHUNK_BYTES: usize = 1 << 20;
+pub(crate) const MAX_CHUNK_BYTES: usize = 1 << 20;
 
 /// What unsigned codes of weight type `ty` overstate the signed ones by, for
 /// the types this GEMM takes.
@@ -52,14 +52,18 @@ impl Kernels {
     /// weights of type `w` should take [`Kernels::matmul_i8`]: the type has
     /// unsigned codes ([`code_offset`]) and this table has a SIMD micro-kernel
     /// for codes that large (AVX2 `vpmaddubsw`: Q4_0 and Q5_0; VNNI: Q8_0
-    /// too). The scalar micro-kernel is a reference, not a fast path.
+    /// too), or it is a K-quant of [`crate::igemm_k`] and this table has a SIMD
+    /// K-quant micro-kernel. The scalar micro-kernels are references, not fast paths.
     pub fn prefers_i8_gemm(&self, w: GgmlType) -> bool {
+        if crate::igemm_k::k_format(w).is_some() {
+            return self.k_tile_is_fast();
+        }
         code_offset(w).is_some_and(|o| o <= self.i8_fast_offset())
     }
 
     /// `y[i * rows + r] = w_r · x_i` for the `n` Q8_0 vectors in `acts`, as
-    /// an int8 GEMM (see the module docs). Weights other than Q4_0, Q5_0 and
-    /// Q8_0 are a typed error.
+    /// an int8 GEMM (see the module docs), or for Q4_K/Q5_K/Q6_K weights the
+    /// `n` Q8_K vectors (see [`crate::igemm_k`]). Other weights are a typed error.
     pub fn matmul_i8(
         &self,
         pool: &ThreadPool,
@@ -67,10 +71,14 @@ impl Kernels {
         acts: &QuantizedActs,
         y: &mut [f32],
     ) -> Result<(), QuantError> {
-        let offset = code_offset(w.ty()).ok_or(QuantError::Unsupported {
-            ty: w.ty(),
-            op: "int8 GEMM",
-        })?;
+        let k_format = crate::igemm_k::k_format(w.ty());
+        let offset = code_offset(w.ty());
+        if k_format.is_none() && offset.is_none() {
+            return Err(QuantError::Unsupported {
+                ty: w.ty(),
+                op: "int8 GEMM",
+            });
+        }
         acts.check_against(w)?;
         let (rows, n) = (w.rows(), acts.n());
         let total = rows.checked_mul(n).ok_or(QuantError::Overflow {
@@ -80,6 +88,9 @@ impl Kernels {
         if n == 0 || rows == 0 {
             return Ok(());
         }
+        let (Some(offset), None) = (offset, k_format) else {
+            return self.matmul_i8_k(pool, w, acts, y, k_format.expect("checked above"));
+        };
         let meta = block_meta(acts, offset);
         let per_thread = rows.div_ceil(pool.n_threads() * CHUNKS_PER_THREAD);
         let max_rows = (MAX_CHUNK_BYTES / w.cols().max(1)).max(I8_ROWS);
@@ -160,18 +171,34 @@ impl Chunk<'_, '_> {
                 // SAFETY: the kernel runs on this CPU (caller); it checks lengths.
                 unsafe { tile(m, nb, p, s, xs, ldx, ms, nb, &mut acc) };
                 let r = self.rows.start + g * I8_ROWS;
-                let valid = I8_ROWS.min(self.rows.end - r);
-                for (t, v) in acc.iter().enumerate().take(m) {
-                    // SAFETY: t0 + t < n and rows r..r + valid belong to this task
-                    // (the caller's contract), so the run is inside y and no other
-                    // thread touches it while this slice lives.
-                    let o = unsafe {
-                        std::slice::from_raw_parts_mut(out.get().add((t0 + t) * rows + r), valid)
-                    };
-                    o.copy_from_slice(&v[..valid]);
-                }
+                // SAFETY: rows r..min(r + 16, rows.end) of tokens t0..t0 + m belong to
+                // this task (the caller's contract) and lie inside y.
+                unsafe { store_tile(out, &acc[..m], t0, rows, r..self.rows.end) };
             }
         }
+    }
+}
+
+/// Copies a micro-kernel's outputs: token `t0 + t`'s first `min(16, rows.len())` values to
+/// `y[(t0 + t) * stride + rows.start..]`.
+///
+/// # Safety
+/// Those runs must lie inside the output behind `out`, and no other thread may write them
+/// while this runs.
+pub(crate) unsafe fn store_tile(
+    out: &OutPtr,
+    acc: &[[f32; I8_ROWS]],
+    t0: usize,
+    stride: usize,
+    rows: std::ops::Range<usize>,
+) {
+    let valid = I8_ROWS.min(rows.len());
+    for (t, v) in acc.iter().enumerate() {
+        // SAFETY: the caller's contract: the run is inside y and this thread's alone.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(out.get().add((t0 + t) * stride + rows.start), valid)
+        };
+        o.copy_from_slice(&v[..valid]);
     }
 }
 

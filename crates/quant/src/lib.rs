@@ -19,6 +19,12 @@
 //!   plain AVX2 (`vpmaddubsw`): rows packed once as unsigned codes
 //!   interleaved by four, then tiles of 16 rows × 8 tokens with exact integer
 //!   block sums (scalar reference bit for bit).
+//! * [`igemm_k`]: the same design for Q4_K, Q5_K and Q6_K weights against Q8_K
+//!   (scalar reference, AVX2 `vpmaddubsw`, AVX-VNNI and AVX512-VNNI micro-kernels,
+//!   bit for bit): exact integer sub-block sums times the integer scales, the
+//!   mins via the activations' bsums, then per super-block the f32 steps of the
+//!   single dots — so Q4_K/Q5_K prefill equals decode bit for bit (Q6_K: one FMA
+//!   per super-block, batch-invariant).
 //! * [`Kernels::dot_f32`] / [`Kernels::axpy_f32`]: the float vector operations
 //!   of attention.
 //!
@@ -87,6 +93,7 @@ pub mod error;
 pub mod formats;
 pub mod gemm;
 pub mod igemm;
+pub mod igemm_k;
 pub mod kernels;
 pub mod matrix;
 pub mod matvec;

@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::{random_row, Rng};
+use common::{bits, gemm_reference, random_row, Rng};
 use proptest::prelude::*;
 use statelm_gguf::GgmlType;
-use statelm_quant::{dequantize_row, Kernels, QMatrix, QuantError, QuantizedActs, ThreadPool};
+use statelm_quant::{Kernels, QMatrix, QuantError, QuantizedActs, ThreadPool};
 
 const TYPES: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0];
 
@@ -21,30 +21,6 @@ const SUM_REL: f64 = 1e-5;
 /// table's micro-kernel takes Q4_0/Q5_0 and leaves Q8_0 to the reference).
 fn tables() -> Vec<Kernels> {
     Kernels::available()
-}
-
-/// `(Σ_k x_k w_k, Σ_k |x_k w_k|)` in f64 over the dequantized weights and activations.
-fn reference(w: &QMatrix<'_>, acts: &QuantizedActs) -> Vec<(f64, f64)> {
-    let (rows, cols, n) = (w.rows(), w.cols(), acts.n());
-    let mut x = vec![0f32; n * cols];
-    acts.dequantize(&mut x).unwrap();
-    let mut deq = vec![0f32; cols];
-    let mut y = vec![(0f64, 0f64); n * rows];
-    for r in 0..rows {
-        dequantize_row(w.ty(), w.row(r), &mut deq).unwrap();
-        for t in 0..n {
-            let terms = x[t * cols..][..cols]
-                .iter()
-                .zip(&deq)
-                .map(|(a, b)| f64::from(*a) * f64::from(*b));
-            y[t * rows + r] = terms.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
-        }
-    }
-    y
-}
-
-fn bits(y: &[f32]) -> Vec<u32> {
-    y.iter().map(|v| v.to_bits()).collect()
 }
 
 proptest! {
@@ -75,7 +51,7 @@ proptest! {
         for (isa, y) in &outs[1..] {
             prop_assert_eq!(bits(y), bits(&outs[0].1), "{} vs scalar", isa);
         }
-        for (i, (got, (want, magnitude))) in outs[0].1.iter().zip(reference(&w, &acts)).enumerate() {
+        for (i, (got, (want, magnitude))) in outs[0].1.iter().zip(gemm_reference(&w, &acts)).enumerate() {
             let tol = SUM_REL * magnitude + 1e-30;
             prop_assert!((f64::from(*got) - want).abs() <= tol, "{ty} [{i}]: {got} vs {want}");
         }
@@ -102,7 +78,7 @@ fn int8_gemm_extreme_codes_are_exact() {
             for k in tables() {
                 let mut y = vec![0f32; 5 * 9];
                 k.matmul_i8(&ThreadPool::new(2), &w, &acts, &mut y).unwrap();
-                for (got, (want, _)) in y.iter().zip(reference(&w, &acts)) {
+                for (got, (want, _)) in y.iter().zip(gemm_reference(&w, &acts)) {
                     assert_eq!(f64::from(*got), want, "{ty} {}", k.isa());
                 }
             }
@@ -115,10 +91,10 @@ fn int8_gemm_bad_input_is_a_typed_error() {
     let mut rng = Rng(5);
     let pool = ThreadPool::new(2);
     let k = Kernels::detected();
-    let q4k: Vec<u8> = (0..2)
-        .flat_map(|_| random_row(&mut rng, GgmlType::Q4_K, 256))
+    let q3k: Vec<u8> = (0..2)
+        .flat_map(|_| random_row(&mut rng, GgmlType::Q3_K, 256))
         .collect();
-    let w = QMatrix::new(GgmlType::Q4_K, 2, 256, &q4k).unwrap();
+    let w = QMatrix::new(GgmlType::Q3_K, 2, 256, &q3k).unwrap();
     let mut acts = QuantizedActs::new();
     acts.quantize(GgmlType::Q8_K, &rng.vec(256), 1, 256)
         .unwrap();

@@ -137,7 +137,7 @@ proptest! {
         let n = elems(ty, blocks);
         let rows: Vec<Vec<u8>> = (0..8).map(|_| random_row(&mut rng, ty, n)).collect();
         let w = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| rows[i].as_slice());
-        for k in [Kernels::scalar(), Kernels::detected()] {
+        for k in Kernels::available() {
             let (acts, _) = quantized_acts(&k, ty, &rng.vec(n));
             let eight = k.vec_dot_rows8(ty, n, w, &acts).unwrap().map(f32::to_bits);
             let one = w.map(|r| k.vec_dot(ty, n, r, &acts).unwrap().to_bits());

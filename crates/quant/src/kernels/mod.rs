@@ -205,3 +205,92 @@ pub(crate) fn operands<'a, const M: usize>(
         metas: std::array::from_fn(|t| &meta[(t0 + t) * ldm..][..nb]),
     }
 }
+
+/// Bytes of one Q8_K activation block (`d: f32`, 256 codes, 16 `i16` bsums).
+pub const Q8K_BLOCK: usize = 292;
+
+/// One super-block (256 elements) of [`I8_ROWS`] K-quant weight rows, packed for the K-quant
+/// int8 GEMM (see [`crate::igemm_k`]). Rows past the end of the matrix are all zeros.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C, align(64))]
+pub struct KPanelBlock {
+    /// Unsigned codes interleaved by four: code `k` of row `r` at `k / 4 * 64 + r * 4 + k % 4`
+    /// (Q4_K: `0..16`, Q5_K: `0..32`, Q6_K: the signed code + 32, `0..64`).
+    pub codes: [u8; I8_ROWS * 256],
+    /// Integer sub-block scales, `scales[j][r]` for sub-block `j` of row `r` (Q4_K/Q5_K: 8
+    /// sub-blocks of 32 codes, the rest zero; Q6_K: 16 sub-blocks of 16, signed).
+    pub scales: [[i32; I8_ROWS]; 16],
+    /// Per row, eight pairs of `i16` (low half first) that multiply the activation block's
+    /// sixteen bsums pairwise: `mins[p][r]` = `(c_{2p}, c_{2p+1})` against
+    /// `(bsums[2p], bsums[2p+1])`. Q4_K/Q5_K: `c_{2p} = c_{2p+1} = m_p` (the sub-block mins);
+    /// Q6_K: `c_j = -32 · scale_j` (the code offset).
+    pub mins: [[i32; I8_ROWS]; 8],
+    /// Per row, the super-block scale `d` widened to f32.
+    pub d: [f32; I8_ROWS],
+    /// Per row, the super-block min scale `dmin` widened to f32 (Q6_K: zero).
+    pub dmin: [f32; I8_ROWS],
+}
+
+impl Default for KPanelBlock {
+    fn default() -> Self {
+        KPanelBlock {
+            codes: [0; I8_ROWS * 256],
+            scales: [[0; I8_ROWS]; 16],
+            mins: [[0; I8_ROWS]; 8],
+            d: [0.0; I8_ROWS],
+            dmin: [0.0; I8_ROWS],
+        }
+    }
+}
+
+/// How the K-quant int8 GEMM turns each super-block's exact integers into f32, chosen to
+/// equal the format's single-vector dot where that is cheap (see [`KTileFn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KFormat {
+    /// Sub-blocks of 32; `acc = fma(isum, d·d_y, acc)`, `accm = fma(msum, dmin·d_y, accm)`,
+    /// result `acc - accm` (ggml's repacked GEMV order: equals `dot_q4_k_q8_k`).
+    Q4K,
+    /// Sub-blocks of 32; `acc = acc + ((d·d_y)·isum - (dmin·d_y)·msum)`, no fused
+    /// operations (equals `dot_q5_k_q8_k`).
+    Q5K,
+    /// Sub-blocks of 16; `acc = fma(isum + msum, d·d_y, acc)`, where `msum` is the code offset
+    /// `-32 Σ_j scale_j · bsum_j` — not ggml's eight-lane order of `dot_q6_k_q8_k` (that would
+    /// take eight accumulators per output), but the same for every batch size and thread count.
+    Q6K,
+}
+
+impl KFormat {
+    /// Codes per sub-block (each with one integer scale).
+    pub const fn sub_len(self) -> usize {
+        match self {
+            KFormat::Q6K => 16,
+            _ => 32,
+        }
+    }
+}
+
+/// The K-quant int8 GEMM micro-kernel (see [`crate::igemm_k`]): [`I8_ROWS`] weight rows,
+/// packed as `panel` (one [`KPanelBlock`] per super-block, `nb = panel.len()` of them), against
+/// `m <= I8_TILE_TOKENS` Q8_K activation rows (row `t` at `x[t * ldx..]`, `nb` blocks of
+/// [`Q8K_BLOCK`] bytes: `d` as little-endian f32 at 0, codes `q` at 4, bsums at 260).
+///
+/// For each token `t`, row `r` and super-block `b`, with `u` the panel codes and `S = fmt.sub_len()`:
+/// * `isum = Σ_{j < 256 / S} scales[j][r] · Σ_{k in sub-block j} u_k · q_k` (exact in i32;
+///   every sub-block product `u_k q_k` summed in any order gives the same integer);
+/// * `msum = Σ_{p < 8} lo(mins[p][r]) · bsums[2p] + hi(mins[p][r]) · bsums[2p + 1]` (exact);
+/// * with `dy` = the block's `d`, `dd = d[r] · dy` and `dm = dmin[r] · dy` (f32 products),
+///   the f32 accumulators of `(t, r)` advance as [`KFormat`] says, in super-block order,
+///   starting from zero; `acc[t][r]` gets the result (Q4K: `acc - accm`).
+///
+/// Rows `t >= m` of `acc` are left alone. Every version gives the same bits as the scalar
+/// reference (`scalar::tile_i8_k`); an aarch64 SDOT/USDOT version must too (the integer sums
+/// are exact, so only the f32 steps above fix the result). Unsafe to call because SIMD
+/// versions require CPU features; every version checks its slice lengths.
+pub type KTileFn = unsafe fn(
+    fmt: KFormat,
+    m: usize,
+    panel: &[KPanelBlock],
+    x: &[u8],
+    ldx: usize,
+    acc: &mut [[f32; I8_ROWS]; I8_TILE_TOKENS],
+);

@@ -132,3 +132,32 @@ pub fn elems(ty: GgmlType, blocks: usize) -> usize {
         blocks * 37 + 3
     }
 }
+
+/// `(Σ_k x_k w_k, Σ_k |x_k w_k|)` in f64 over the dequantized weights and activations, per
+/// output `t * rows + r` (the int8 GEMM tests' reference).
+pub fn gemm_reference(
+    w: &statelm_quant::QMatrix<'_>,
+    acts: &statelm_quant::QuantizedActs,
+) -> Vec<(f64, f64)> {
+    let (rows, cols, n) = (w.rows(), w.cols(), acts.n());
+    let mut x = vec![0f32; n * cols];
+    acts.dequantize(&mut x).unwrap();
+    let mut deq = vec![0f32; cols];
+    let mut y = vec![(0f64, 0f64); n * rows];
+    for r in 0..rows {
+        statelm_quant::dequantize_row(w.ty(), w.row(r), &mut deq).unwrap();
+        for t in 0..n {
+            let terms = x[t * cols..][..cols]
+                .iter()
+                .zip(&deq)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b));
+            y[t * rows + r] = terms.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+        }
+    }
+    y
+}
+
+/// The bit patterns of `y` (for exact comparisons with readable diffs).
+pub fn bits(y: &[f32]) -> Vec<u32> {
+    y.iter().map(|v| v.to_bits()).collect()
+}

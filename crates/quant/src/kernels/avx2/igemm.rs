@@ -26,16 +26,6 @@ fn group(x: &[u8; 34], g: usize) -> i32 {
     i32::from_le_bytes(*at::<4>(x, 2 + 4 * g))
 }
 
-/// Repeats `$body` with `$t` bound to each literal in turn (the token loops
-/// must unroll so that every accumulator stays in a register; LLVM leaves a
-/// loop of 8 × 8 dot instructions rolled and keeps the accumulators on the
-/// stack).
-macro_rules! unroll {
-    ($t:ident in [$($i:literal)*] $body:block) => {
-        $( { let $t: usize = $i; $body } )*
-    };
-}
-
 /// 512-bit micro-kernel for exactly `M` tokens: all [`I8_ROWS`] rows in one
 /// register per code group.
 #[inline]

@@ -43,7 +43,7 @@ where
 /// The eight sub-block scales of a Q4_K/Q5_K super-block as i16, in both 128-bit halves.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn scales_i16(sc: &[u8; 8]) -> __m256i {
+pub(super) fn scales_i16(sc: &[u8; 8]) -> __m256i {
     let b = _mm_set_epi64x(0, u64::from_le_bytes(*sc) as i64);
     _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(b))
 }
@@ -61,7 +61,7 @@ fn splat_i16(s16: __m256i, j: usize) -> __m256i {
 /// from [`scales_i16`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn affine_chunk(y: &[u8], s16: __m256i, [lo, hi]: [__m256i; 2], c: usize) -> __m256i {
+pub(super) fn affine_chunk(y: &[u8], s16: __m256i, [lo, hi]: [__m256i; 2], c: usize) -> __m256i {
     let p0 = _mm256_maddubs_epi16(lo, load256(at(y, 4 + 64 * c)));
     let p1 = _mm256_maddubs_epi16(hi, load256(at(y, 36 + 64 * c)));
     let p0 = _mm256_madd_epi16(p0, splat_i16(s16, 2 * c));
@@ -204,7 +204,7 @@ fn q5_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
 /// The 8 code vectors of a Q6_K super-block (unsigned 0..=63), in element order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k_codes(x: &[u8]) -> [__m256i; 8] {
+pub(super) fn q6_k_codes(x: &[u8]) -> [__m256i; 8] {
     let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x03));
     let top = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
     let mut q = [_mm256_setzero_si256(); 8];
@@ -225,7 +225,7 @@ fn q6_k_codes(x: &[u8]) -> [__m256i; 8] {
 /// `Σ sc q y` on unsigned codes minus the code offset `32 Σ sc bsum`, lane by lane as ggml.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k_lanes(y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> __m256i {
+pub(super) fn q6_k_lanes(y: &[u8], q: &[__m256i; 8], sc: &[i8; 16]) -> __m256i {
     // SAFETY: `sc` is 16 readable bytes; `loadu` has no alignment requirement.
     let sc8 = unsafe { _mm_loadu_si128(sc.as_ptr().cast()) };
     let sc16 = _mm256_cvtepi8_epi16(sc8);

@@ -14,19 +14,32 @@
 
 use std::arch::x86_64::*;
 
+/// Repeats `$body` with `$t` bound to each literal in turn (the token loops
+/// must unroll so that every accumulator stays in a register; LLVM leaves a
+/// loop of 8 × 8 dot instructions rolled and keeps the accumulators on the
+/// stack).
+macro_rules! unroll {
+    ($t:ident in [$($i:literal)*] $body:block) => {
+        $( { let $t: usize = $i; $body } )*
+    };
+}
+
 mod float;
 mod gemm;
 mod igemm;
+mod igemm_k;
 mod kquants;
 mod legacy;
 mod quantize;
 mod rows;
+mod rows_k;
 mod rows_vnni;
 mod vector;
 
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
 pub use gemm::{interleave_panel, panel_f32};
 pub use igemm::{tile_i8_avx2, tile_i8_avx512vnni, tile_i8_avxvnni};
+pub use igemm_k::{tile_i8_k_avx2, tile_i8_k_avx512vnni, tile_i8_k_avxvnni};
 pub use kquants::{
     dot4_q4_k_q8_k, dot4_q5_k_q8_k, dot4_q6_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k,
 };
@@ -36,6 +49,7 @@ pub use legacy::{
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
+pub use rows_k::{rows8_q4_k_q8_k, rows8_q6_k_q8_k};
 pub use rows_vnni::{rows8_q4_0_q8_0_avx512vnni, rows8_q5_0_q8_0_avx512vnni};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 

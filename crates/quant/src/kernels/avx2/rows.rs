@@ -104,7 +104,7 @@ fn rows4_lane_acc<const WB: usize>(
 /// sum of `p[r]`'s lanes, by a tree of horizontal adds.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
+pub(super) fn sum_lanes8(p: [__m256i; 8]) -> __m256i {
     let h01 = _mm256_hadd_epi32(p[0], p[1]);
     let h23 = _mm256_hadd_epi32(p[2], p[3]);
     let h45 = _mm256_hadd_epi32(p[4], p[5]);

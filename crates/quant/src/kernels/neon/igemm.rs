@@ -20,16 +20,20 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 /// Plain NEON: `smull` and pairwise adds.
-const PLAIN: u8 = 0;
+pub(super) const PLAIN: u8 = 0;
 /// `sdot` by element (FEAT_DotProd).
-const SDOT: u8 = 1;
+pub(super) const SDOT: u8 = 1;
 /// `usdot` by element (FEAT_I8MM).
 const USDOT: u8 = 2;
 
 /// `acc[r] += Σ_j w[4r + j] · x[4L + j]` for the four rows `r` of `w`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn dot_lane<const KIND: u8, const L: i32>(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+pub(super) fn dot_lane<const KIND: u8, const L: i32>(
+    acc: int32x4_t,
+    w: int8x16_t,
+    x: int8x16_t,
+) -> int32x4_t {
     let mut acc = acc;
     match KIND {
         // SAFETY: register-only; the entry point instantiating SDOT is only called on CPUs

@@ -35,12 +35,14 @@ use std::arch::asm;
 
 mod gemm;
 mod igemm;
+mod igemm_k;
 mod kquants;
 mod legacy;
 mod vector;
 
 pub use gemm::{interleave_panel, panel_f32};
 pub use igemm::{tile_i8_dotprod, tile_i8_i8mm, tile_i8_neon};
+pub use igemm_k::{tile_i8_k_dotprod, tile_i8_k_neon};
 pub use kquants::{
     dot4_q4_k_q8_k, dot4_q4_k_q8_k_dotprod, dot4_q5_k_q8_k, dot4_q5_k_q8_k_dotprod, dot4_q6_k_q8_k,
     dot4_q6_k_q8_k_dotprod, dot_q4_k_q8_k, dot_q4_k_q8_k_dotprod, dot_q5_k_q8_k,

@@ -6,6 +6,7 @@
 mod float;
 mod gemm;
 mod igemm;
+mod igemm_k;
 mod kquants;
 mod legacy;
 mod vector;
@@ -13,6 +14,7 @@ mod vector;
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
 pub use gemm::{interleave_panel, panel_f32};
 pub use igemm::tile_i8;
+pub use igemm_k::tile_i8_k;
 pub(crate) use kquants::min_sum;
 pub use kquants::{
     dot4_q4_k_q8_k, dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q4_k_q8_k, dot_q5_k_q8_k, dot_q6_k_q8_k,
