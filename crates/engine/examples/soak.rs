@@ -701,7 +701,7 @@ fn attach_monitor(engine: &EngineHandle) -> Result<Monitor, String> {
                 ws / MIB,
                 limit / MIB
             );
-            weak.upgrade().inspect(|e| e.memory_warning(level));
+            weak.upgrade().inspect(|e| e.pressure_level(level));
         }
         MonitorEvent::SourceError { source, error } => eprintln!("soak: {source}: {error}"),
         MonitorEvent::Reading { .. } => {}

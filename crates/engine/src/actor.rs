@@ -13,10 +13,10 @@ use crate::error::EngineError;
 use crate::events::{RequestId, SessionId};
 use crate::info::{EngineStats, SessionInfo};
 use crate::job::{EventTx, Job};
+use crate::pressure::PressureInbox;
 use crate::request::{GenerateRequest, SessionOptions};
 use crate::session::Session;
 use crate::snapshot;
-use statelm_governor::PressureLevel;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,20 +45,26 @@ pub(crate) enum Command {
 }
 
 /// State shared between the handles and the engine thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Shared {
     /// The latest figures, published by the engine thread.
     pub stats: Mutex<EngineStats>,
-    /// A pressure level reported by the host and not yet acted on.
-    pub pressure: Mutex<Option<PressureLevel>>,
+    /// Pressure reported from outside the engine thread (host warnings, an attached monitor).
+    pub pressure: Mutex<PressureInbox>,
 }
 
 impl Shared {
-    pub fn take_pressure(&self) -> Option<PressureLevel> {
-        self.pressure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+    /// Shared state whose host warnings hold for `hold`.
+    pub fn new(hold: Duration) -> Shared {
+        Shared {
+            stats: Mutex::default(),
+            pressure: Mutex::new(PressureInbox::new(hold)),
+        }
+    }
+
+    /// The pressure inbox, locked.
+    pub fn pressure(&self) -> std::sync::MutexGuard<'_, PressureInbox> {
+        self.pressure.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

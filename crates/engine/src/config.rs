@@ -33,6 +33,9 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     /// The memory-pressure policy (thresholds, budget factors, hard-trim size).
     pub policy: Policy,
+    /// How long a host memory warning ([`crate::EngineHandle::memory_warning`]) holds its level
+    /// before it lapses to Normal and budgets recover (a second Warning inside it is Critical).
+    pub pressure_hold: Duration,
 }
 
 impl Default for EngineConfig {
@@ -49,9 +52,13 @@ impl Default for EngineConfig {
             stream_buffer: 64,
             prefill_chunk: 128,
             policy: Policy::default(),
+            pressure_hold: DEFAULT_PRESSURE_HOLD,
         }
     }
 }
+
+/// How long a host memory warning holds by default (30 s).
+pub const DEFAULT_PRESSURE_HOLD: Duration = Duration::from_secs(30);
 
 /// The smallest token budget the engine accepts.
 pub const MIN_TOKEN_BUDGET: usize = 8;

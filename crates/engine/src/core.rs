@@ -46,6 +46,8 @@ pub(crate) struct Core {
     pub level: PressureLevel,
     /// The level the memory ceiling itself indicated at the last check.
     pub own_level: PressureLevel,
+    /// The level an attached monitor last reported (the OS's own signals).
+    pub os_level: PressureLevel,
     /// The latest finished requests.
     pub recent: VecDeque<RequestSample>,
     /// Id of the next session.
@@ -68,6 +70,7 @@ impl Core {
             factor: 1.0,
             level: PressureLevel::Normal,
             own_level: PressureLevel::Normal,
+            os_level: PressureLevel::Normal,
             recent: VecDeque::new(),
             next_session: 1,
             scratch_high_water: 0,

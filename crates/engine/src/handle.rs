@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// The streaming inference engine.
@@ -37,7 +38,7 @@ impl Engine {
     pub fn start(model: Arc<Model>, config: EngineConfig) -> EngineHandle {
         let config = config.sanitized();
         let (tx, rx) = mpsc::channel(config.queue_depth);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(config.pressure_hold));
         let stream_buffer = config.stream_buffer;
         let core = Core::new(model, config);
         let actor = Actor::new(core, rx, shared.clone());
@@ -223,18 +224,57 @@ impl EngineHandle {
         s
     }
 
-    /// Reports memory pressure from the host (iOS `didReceiveMemoryWarning`, Android
-    /// `onTrimMemory`, a C caller). Never blocks. The engine acts between two steps: at
-    /// Warning it spills idle sessions and lowers budgets; at Critical it also hard-trims the
-    /// active sessions, and evicts when a second Critical finds nothing left to trim; at Normal
-    /// it restores the budgets. Every affected session's stream is told.
+    /// Reports a memory warning from the host (iOS `didReceiveMemoryWarning`, Android
+    /// `onTrimMemory`, a C caller, SIGUSR1/2). Never blocks; the engine acts between two steps
+    /// and tells every affected session's stream:
+    /// * Warning: every session gives back at least half of its cache now — the one that is
+    ///   generating first (it keeps its pinned prefix and its most recent tokens: a
+    ///   `ContextTrimmed` event) — idle sessions are spilled, budgets lowered;
+    /// * Critical: every session's cache is evicted (`CacheEvicted`; the history is kept, so
+    ///   the next turn recomputes it within the budget) and a running generation ends with
+    ///   stop reason `Evicted`;
+    /// * Normal: the warning is over; budgets recover.
+    ///
+    /// A warning holds for [`crate::EngineConfig::pressure_hold`] and then lapses to Normal
+    /// (iOS never says that the pressure is over); a second Warning while one holds counts as
+    /// Critical, as a phone's second warning means.
     pub fn memory_warning(&self, level: PressureLevel) {
-        *self
-            .inner
-            .shared
-            .pressure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(level);
+        let hold = {
+            let mut inbox = self.inner.shared.pressure();
+            inbox.host(level, Instant::now());
+            inbox.hold()
+        };
+        self.wake();
+        if level == PressureLevel::Normal {
+            return;
+        }
+        // Wake the engine when the hold lapses, so budgets recover even if nothing else
+        // happens; the timer holds no strong reference to the engine.
+        let Some(weak) = self.inner.tx.as_ref().map(mpsc::Sender::downgrade) else {
+            return;
+        };
+        let timer = std::thread::Builder::new()
+            .name("statelm-pressure-hold".into())
+            .spawn(move || {
+                std::thread::sleep(hold + Duration::from_millis(1));
+                if let Some(tx) = weak.upgrade() {
+                    let _ = tx.try_send(Command::Wake);
+                }
+            });
+        if let Err(e) = timer {
+            tracing::warn!(error = %e, "no timer thread: a host level lapses at the next request");
+        }
+    }
+
+    /// Reports a level of the OS's own signals (an attached monitor): it stands until the
+    /// next one, and the engine runs its ladder on it (see [`statelm_governor::Policy::decide`]).
+    pub fn pressure_level(&self, level: PressureLevel) {
+        self.inner.shared.pressure().os(level);
+        self.wake();
+    }
+
+    /// Asks the engine thread to look at the pressure inbox now.
+    fn wake(&self) {
         if let Some(tx) = &self.inner.tx {
             let _ = tx.try_send(Command::Wake);
         }
@@ -256,7 +296,7 @@ impl EngineHandle {
     }
 
     /// Runs a governor [`Monitor`] over `sources` that reports every level change to this
-    /// engine (as [`EngineHandle::memory_warning`] does). Keep the monitor alive as long as it
+    /// engine (as [`EngineHandle::pressure_level`] does). Keep the monitor alive as long as it
     /// should watch; it does not keep the engine alive.
     pub fn attach_monitor(
         &self,
@@ -267,7 +307,7 @@ impl EngineHandle {
         Monitor::spawn(sources, config, move |event| {
             if let MonitorEvent::LevelChanged { level, .. } = event {
                 if let Some(engine) = weak.upgrade() {
-                    engine.memory_warning(level);
+                    engine.pressure_level(level);
                 }
             }
         })

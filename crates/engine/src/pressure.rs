@@ -8,19 +8,28 @@ use crate::actor::Actor;
 use crate::events::{Event, SessionId, StopReason, TrimMethod};
 use statelm_governor::{Action, PolicyInput, PressureLevel, SessionInfo as PolicySession};
 use statelm_model::{Model, State};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Actor {
-    /// Acts on a host-reported level, or on the ceiling's own level when it changed.
+    /// Acts on a host warning just delivered, on a level an attached monitor reported, on a
+    /// host level whose hold lapsed, or on the ceiling's own level when it changed.
     pub(crate) fn check_pressure(&mut self) {
-        if let Some(level) = self.shared_pressure() {
-            self.core.level = level;
-            if level == PressureLevel::Normal {
-                self.core
-                    .sessions
-                    .values_mut()
-                    .for_each(|s| s.hard_trimmed = false);
-            }
+        let now = Instant::now();
+        let (event, os, held) = {
+            let mut inbox = self.shared().pressure();
+            (inbox.take_event(), inbox.take_os(), inbox.held(now))
+        };
+        if let Some(os) = os {
+            self.core.os_level = os;
+        }
+        if let Some(level) = event {
+            self.set_level(level.max(self.core.os_level));
+            self.run_host_event(level);
+            return;
+        }
+        let level = held.max(self.core.os_level);
+        if level != self.core.level {
+            self.set_level(level);
             self.run_ladder();
             return;
         }
@@ -31,6 +40,17 @@ impl Actor {
         if own != self.core.own_level {
             self.core.own_level = own;
             self.run_ladder();
+        }
+    }
+
+    /// Makes `level` the one the ladder acts on (Normal forgets earlier hard trims).
+    fn set_level(&mut self, level: PressureLevel) {
+        self.core.level = level;
+        if level == PressureLevel::Normal {
+            self.core
+                .sessions
+                .values_mut()
+                .for_each(|s| s.hard_trimmed = false);
         }
     }
 
@@ -94,6 +114,22 @@ impl Actor {
     /// Runs the policy and carries out its actions.
     pub(crate) fn run_ladder(&mut self) {
         let actions = self.core.config.policy.decide(&self.policy_input());
+        self.apply_all(actions);
+    }
+
+    /// Carries out what a host warning of `level` demands of every session
+    /// ([`statelm_governor::Policy::host_event`]).
+    fn run_host_event(&mut self, level: PressureLevel) {
+        tracing::info!(%level, "host memory warning");
+        let actions = self
+            .core
+            .config
+            .policy
+            .host_event(level, &self.policy_input());
+        self.apply_all(actions);
+    }
+
+    fn apply_all(&mut self, actions: Vec<Action>) {
         for action in actions {
             tracing::info!(?action, "memory governor action");
             self.apply(action);
@@ -191,9 +227,77 @@ impl Actor {
             self.finish_job(i, StopReason::Evicted);
         }
     }
+}
 
-    fn shared_pressure(&self) -> Option<PressureLevel> {
-        self.shared().take_pressure()
+/// Pressure reported from outside the engine thread, waiting for the engine to act on it.
+///
+/// Host warnings (iOS `didReceiveMemoryWarning`, Android `onTrimMemory`,
+/// `statelm_memory_warning`, SIGUSR1/2) are events: each is acted on once, holds its level for
+/// `hold` and then lapses to Normal (iOS never says the pressure is over), and a second
+/// Warning while one holds means Critical (a phone warns once before it kills). Levels from
+/// an attached monitor are states: they stand until the monitor reports the next one.
+#[derive(Debug)]
+pub(crate) struct PressureInbox {
+    hold: Duration,
+    /// A host warning not acted on yet (already escalated).
+    event: Option<PressureLevel>,
+    /// The host level in force and when its hold lapses.
+    held: Option<(PressureLevel, Instant)>,
+    /// A monitor level not acted on yet.
+    os: Option<PressureLevel>,
+}
+
+impl PressureInbox {
+    /// An empty inbox whose host warnings hold for `hold`.
+    pub fn new(hold: Duration) -> PressureInbox {
+        PressureInbox {
+            hold,
+            event: None,
+            held: None,
+            os: None,
+        }
+    }
+
+    /// How long a host warning holds.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
+
+    /// Records a host warning at `now` and returns the level it stands for: a Warning while a
+    /// Warning or Critical still holds is Critical; Normal clears the hold at once.
+    pub fn host(&mut self, level: PressureLevel, now: Instant) -> PressureLevel {
+        let level = match (level, self.held(now)) {
+            (PressureLevel::Warning, held) if held >= PressureLevel::Warning => {
+                PressureLevel::Critical
+            }
+            (level, _) => level,
+        };
+        self.held = (level != PressureLevel::Normal).then(|| (level, now + self.hold));
+        self.event = Some(level);
+        level
+    }
+
+    /// Records a level an attached monitor reported.
+    pub fn os(&mut self, level: PressureLevel) {
+        self.os = Some(level);
+    }
+
+    /// The host level in force at `now`: the last warning's until its hold lapses, then Normal.
+    pub fn held(&self, now: Instant) -> PressureLevel {
+        match self.held {
+            Some((level, until)) if now < until => level,
+            _ => PressureLevel::Normal,
+        }
+    }
+
+    /// The host warning not acted on yet, if any.
+    pub fn take_event(&mut self) -> Option<PressureLevel> {
+        self.event.take()
+    }
+
+    /// The monitor level not acted on yet, if any.
+    pub fn take_os(&mut self) -> Option<PressureLevel> {
+        self.os.take()
     }
 }
 
@@ -207,5 +311,56 @@ fn compact(state: State, model: &Model) -> State {
     match State::load(&mut buf.as_slice(), model) {
         Ok(fresh) => fresh,
         Err(_) => state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOLD: Duration = Duration::from_millis(30_000);
+
+    #[test]
+    fn host_levels_hold_then_lapse_and_normal_clears_at_once() {
+        let t0 = Instant::now();
+        let mut inbox = PressureInbox::new(HOLD);
+        assert_eq!(
+            inbox.host(PressureLevel::Warning, t0),
+            PressureLevel::Warning
+        );
+        assert_eq!(inbox.take_event(), Some(PressureLevel::Warning));
+        assert_eq!(inbox.take_event(), None);
+        assert_eq!(inbox.held(t0 + HOLD / 2), PressureLevel::Warning);
+        assert_eq!(inbox.held(t0 + HOLD), PressureLevel::Normal);
+        inbox.host(PressureLevel::Critical, t0);
+        assert_eq!(inbox.host(PressureLevel::Normal, t0), PressureLevel::Normal);
+        assert_eq!(inbox.held(t0), PressureLevel::Normal);
+    }
+
+    #[test]
+    fn a_second_warning_inside_the_hold_is_critical() {
+        let t0 = Instant::now();
+        let mut inbox = PressureInbox::new(HOLD);
+        inbox.host(PressureLevel::Warning, t0);
+        let second = inbox.host(PressureLevel::Warning, t0 + HOLD / 2);
+        assert_eq!(second, PressureLevel::Critical);
+        assert_eq!(inbox.take_event(), Some(PressureLevel::Critical));
+        // The Critical holds a full hold from the second warning.
+        assert_eq!(inbox.held(t0 + HOLD), PressureLevel::Critical);
+        // After the hold lapsed, a Warning is a Warning again.
+        let later = t0 + 3 * HOLD;
+        assert_eq!(
+            inbox.host(PressureLevel::Warning, later),
+            PressureLevel::Warning
+        );
+    }
+
+    #[test]
+    fn monitor_levels_are_separate_from_host_warnings() {
+        let mut inbox = PressureInbox::new(HOLD);
+        inbox.os(PressureLevel::Critical);
+        assert_eq!(inbox.take_event(), None);
+        assert_eq!(inbox.take_os(), Some(PressureLevel::Critical));
+        assert_eq!(inbox.held(Instant::now()), PressureLevel::Normal);
     }
 }

@@ -94,11 +94,9 @@ async fn warning_spills_idle_sessions_and_restores_them_on_use() {
 }
 
 #[tokio::test]
-async fn critical_hard_trims_then_evicts_the_active_generation() {
+async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.policy.hard_trim_suffix = 16;
-    let Some((model, engine)) = engine(cfg) else {
+    let Some((model, engine)) = engine(config(dir.path())) else {
         return;
     };
     let s = session(&engine).await.unwrap();
@@ -107,23 +105,31 @@ async fn critical_hard_trims_then_evicts_the_active_generation() {
     req.sampling = no_eog(&model);
     let mut stream = engine.generate(req);
     let mut run = Run::default();
-    let mut warned = 0;
+    let (mut warned, mut held) = (0, 0);
     while let Some(ev) = stream.next().await {
         let ev = ev.unwrap();
         match (&ev, warned) {
             (Event::Token { .. }, 0) => {
-                engine.memory_warning(PressureLevel::Critical);
+                held = engine.session_info(s).await.unwrap().state_tokens;
+                // A phone's first warning: the generating session gives back half, now.
+                engine.memory_warning(PressureLevel::Warning);
                 warned = 1;
             }
-            (Event::ContextTrimmed { kept, .. }, 1) => {
-                assert!(*kept <= 1 + 16, "hard trim keeps BOS + 16: {ev:?}");
-                engine.memory_warning(PressureLevel::Critical);
+            (Event::ContextTrimmed { kept, dropped, .. }, 1) => {
+                assert!(*kept <= (kept + dropped) / 2, "at most half kept: {ev:?}");
+                assert!(
+                    kept + dropped >= held,
+                    "the whole cache counted: {ev:?} of {held}"
+                );
+                // The second warning inside the hold means Critical: the cache goes.
+                engine.memory_warning(PressureLevel::Warning);
                 warned = 2;
             }
             _ => {}
         }
         record(&mut run, ev);
     }
+    assert_eq!(warned, 2, "{:?}", run.events);
     assert!(
         run.events
             .iter()
@@ -134,7 +140,7 @@ async fn critical_hard_trims_then_evicts_the_active_generation() {
     assert_eq!(run.done().stop_reason, StopReason::Evicted);
     assert!(run.done().generated_tokens < 200);
     let info = engine.session_info(s).await.unwrap();
-    assert_eq!(info.state_tokens, 0);
+    assert_eq!((info.state_tokens, info.state_bytes), (0, 0), "{info:?}");
     let stats = engine.stats().await;
     assert!(stats.trims >= 1 && stats.evictions == 1, "{stats:?}");
     // The history survived: the next request recomputes it and answers.
@@ -142,6 +148,29 @@ async fn critical_hard_trims_then_evicts_the_active_generation() {
     assert_eq!(next.done().cached_tokens, 0);
     assert_eq!(next.done().prefilled_tokens, next.done().prompt_tokens);
     assert!(next.done().prompt_tokens > info.history_tokens);
+}
+
+#[tokio::test]
+async fn host_warnings_lapse_after_the_hold_and_budgets_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        pressure_hold: Duration::from_millis(300),
+        ..config(dir.path())
+    };
+    let Some((_, engine)) = engine(cfg) else {
+        return;
+    };
+    engine.memory_warning(PressureLevel::Warning);
+    eventually("budgets lowered", || async {
+        engine.stats().await.budget_factor < 1.0
+    })
+    .await;
+    // No Normal is ever sent (iOS sends none): the hold lapses by itself.
+    eventually("budgets restored", || async {
+        engine.stats().await.budget_factor == 1.0
+    })
+    .await;
+    assert_eq!(engine.stats().await.pressure.to_string(), "normal");
 }
 
 #[tokio::test]

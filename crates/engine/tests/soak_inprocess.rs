@@ -161,7 +161,10 @@ fn check(report: &LoadReport, weights: u64, ceiling: u64, spills_expected: bool)
         assert!(e.spilled > 0 && s.spills > 0, "spills: {e:?} {s:?}");
         assert!(e.restored > 0 && s.restores > 0, "restores: {e:?} {s:?}");
     }
-    assert_eq!(e.evicted, 0, "no generation was evicted: {e:?}");
+    // The injected host Critical evicts the resident caches by design (their histories are
+    // kept, and every turn after it still completed in full, checked above); no generation
+    // was cut by an eviction.
+    assert_eq!(report.turns_evicted, 0, "no generation was evicted: {e:?}");
     assert_eq!(s.admission_refusals, 0, "{s:?}");
 }
 

@@ -256,6 +256,44 @@ impl Policy {
         actions
     }
 
+    /// What a warning the host just delivered (iOS `didReceiveMemoryWarning`, Android
+    /// `onTrimMemory`, `statelm_memory_warning`) demands: memory back *now*, from every session,
+    /// the one in use first — a phone sends one warning before it kills the app.
+    ///
+    /// * Warning: budgets are lowered; idle sessions are spilled; every other session that
+    ///   holds anything keeps its pinned prefix and the most recent tokens up to half of what it
+    ///   holds (at least half of its cache is given back), generating or not.
+    /// * Critical: budgets are lowered further and every resident session's cache is evicted
+    ///   (its history is kept, so its next turn recomputes it within the budget).
+    /// * Normal: the ordinary ladder ([`Policy::decide`]).
+    pub fn host_event(&self, level: PressureLevel, input: &PolicyInput) -> Vec<Action> {
+        let why = format!("the host reported {level} memory pressure");
+        let mut actions = self.budget_action(level, input.budget_factor, &why);
+        let mut resident: Vec<&SessionInfo> =
+            input.sessions.iter().filter(|s| s.bytes > 0).collect();
+        // The one generating first: it is what the host is about to kill the app for.
+        resident.sort_by_key(|s| (!s.active, s.last_used, s.id));
+        for s in resident {
+            let action = match level {
+                PressureLevel::Normal => return self.decide(input),
+                PressureLevel::Critical => Some(Action::Evict {
+                    session: s.id,
+                    reason: format!(
+                        "{why}: session {}'s cache ({} tokens, {}) freed; its history is kept \
+                         and its next turn recomputes it within the budget",
+                        s.id,
+                        s.tokens,
+                        format_bytes(s.bytes)
+                    ),
+                }),
+                PressureLevel::Warning if s.idle => Some(spill(s, &why)),
+                PressureLevel::Warning => halve(s, &why),
+            };
+            actions.extend(action);
+        }
+        actions
+    }
+
     fn budget_action(&self, level: PressureLevel, current: f64, why: &str) -> Vec<Action> {
         let target = match level {
             PressureLevel::Normal => 1.0,
@@ -335,6 +373,24 @@ impl Policy {
             ),
         })
     }
+}
+
+/// Keeps the pinned prefix and the most recent tokens up to half of what `s` holds (`None`
+/// when that would drop nothing).
+fn halve(s: &SessionInfo, why: &str) -> Option<Action> {
+    let half = s.tokens / 2;
+    let keep_prefix = s.pinned_prefix.min(half);
+    let keep_suffix = half - keep_prefix;
+    (half < s.tokens && s.tokens > 1).then(|| Action::Trim {
+        session: s.id,
+        keep_prefix,
+        keep_suffix,
+        reason: format!(
+            "{why}: session {} gave back half of its context: kept the {} pinned and the {} \
+             most recent of its {} tokens",
+            s.id, keep_prefix, keep_suffix, s.tokens
+        ),
+    })
 }
 
 fn spill(s: &SessionInfo, why: &str) -> Action {

@@ -321,3 +321,92 @@ proptest! {
         prop_assert!(warning.is_subset(&critical), "{:?} vs {:?}", warning, critical);
     }
 }
+
+#[test]
+fn host_warning_halves_every_session_the_active_one_first_and_spills_idle_ones() {
+    let mut active = session(3, 450, 4096);
+    active.active = true;
+    let mut idle = session(2, 300, 4096);
+    idle.idle = true;
+    let quiet = session(1, 100, 4096);
+    let i = input(PressureLevel::Warning, vec![quiet, idle, active]);
+    let actions = Policy::default().host_event(PressureLevel::Warning, &i);
+    assert!(
+        matches!(actions[0], Action::LowerBudgets { .. }),
+        "{actions:?}"
+    );
+    let Action::Trim {
+        session,
+        keep_prefix,
+        keep_suffix,
+        reason,
+    } = &actions[1]
+    else {
+        panic!("{actions:?}");
+    };
+    // The generating session comes first and keeps at most half of what it holds.
+    assert_eq!((*session, *keep_prefix, *keep_suffix), (3, 32, 193));
+    assert!(reason.contains("gave back half"), "{reason}");
+    // Then the others, least recently used first: each halved, or spilled when idle.
+    assert!(
+        matches!(
+            actions[2],
+            Action::Trim {
+                session: 1,
+                keep_prefix: 32,
+                keep_suffix: 18,
+                ..
+            }
+        ),
+        "{actions:?}"
+    );
+    assert!(
+        matches!(actions[3], Action::Spill { session: 2, .. }),
+        "{actions:?}"
+    );
+    assert_eq!(actions.len(), 4);
+}
+
+#[test]
+fn host_critical_evicts_every_resident_session_and_keeps_their_history() {
+    let mut active = session(2, 450, 4096);
+    active.active = true;
+    let mut spilled = session(3, 300, 4096);
+    spilled.bytes = 0;
+    let i = input(
+        PressureLevel::Critical,
+        vec![session(1, 100, 4096), active, spilled],
+    );
+    let actions = Policy::default().host_event(PressureLevel::Critical, &i);
+    let evicted: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Evict { session, reason } => {
+                assert!(reason.contains("history is kept"), "{reason}");
+                Some(*session)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted, vec![2, 1], "{actions:?}");
+}
+
+proptest! {
+    #[test]
+    fn host_warning_frees_at_least_half_of_every_non_idle_session(
+        tokens in 0usize..5000, pinned in 0usize..600, active in any::<bool>()
+    ) {
+        let mut s = session(1, tokens, 4096);
+        s.pinned_prefix = pinned;
+        s.active = active;
+        let actions = Policy::default().host_event(PressureLevel::Warning, &input(PressureLevel::Warning, vec![s]));
+        let kept = actions.iter().find_map(|a| match a {
+            Action::Trim { keep_prefix, keep_suffix, .. } => Some(keep_prefix + keep_suffix),
+            _ => None,
+        });
+        match kept {
+            Some(k) => prop_assert!(k <= tokens / 2, "kept {} of {}", k, tokens),
+            None => prop_assert!(tokens <= 1, "no trim of {} tokens", tokens),
+        }
+    }
+}
