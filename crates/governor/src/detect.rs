@@ -124,17 +124,19 @@ pub fn cgroup_dirs(membership: &CgroupMembership, mounts: &[MountInfo]) -> Cgrou
     }
 }
 
-/// This process's cgroup directories (empty when `/proc` is not readable).
-pub(crate) fn own_cgroup_dirs() -> CgroupDirs {
-    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+/// This process's cgroup directories from the proc tree at `proc_root` (empty when it is
+/// not readable, as for most Android apps).
+pub(crate) fn own_cgroup_dirs(proc_root: &Path) -> CgroupDirs {
+    let read = |name: &str| std::fs::read_to_string(proc_root.join(name)).unwrap_or_default();
+    let membership = read("self/cgroup");
+    let mounts = read("self/mountinfo");
     cgroup_dirs(&parse_proc_cgroup(&membership), &parse_mountinfo(&mounts))
 }
 
 /// A cgroup source for this process: v2 with a memory controller first, else v1.
 /// Events (PSI triggers, pressure_level eventfds) are registered when permitted.
-pub(crate) fn own_cgroup_source() -> Option<Box<dyn MemorySource>> {
-    let dirs = own_cgroup_dirs();
+fn own_cgroup_source(proc_root: &Path) -> Option<Box<dyn MemorySource>> {
+    let dirs = own_cgroup_dirs(proc_root);
     if let Some((dir, mount)) = &dirs.v2 {
         if let Ok(source) = CgroupV2Source::at(dir) {
             let mut source = source.with_ancestors(mount);
@@ -153,8 +155,9 @@ pub(crate) fn own_cgroup_source() -> Option<Box<dyn MemorySource>> {
 }
 
 /// One reading of this process's memory cgroup (no events registered), if any.
+#[cfg(not(target_vendor = "apple"))]
 pub(crate) fn own_cgroup_reading() -> Option<crate::MemoryReading> {
-    let dirs = own_cgroup_dirs();
+    let dirs = own_cgroup_dirs(Path::new("/proc"));
     if let Some((dir, mount)) = &dirs.v2 {
         if let Ok(source) = CgroupV2Source::at(dir) {
             return source.with_ancestors(mount).read().ok();
@@ -163,22 +166,40 @@ pub(crate) fn own_cgroup_reading() -> Option<crate::MemoryReading> {
     CgroupV1Source::at(dirs.v1_memory?).ok()?.read().ok()
 }
 
-/// The memory sources this machine has: this process's cgroup (v2 if it has the
-/// memory controller, else v1) and always `/proc` (with a system-wide PSI
-/// trigger when permitted), since host-wide pressure kills processes too.
+/// The memory sources this machine has. On Apple systems, the [`crate::AppleSource`]
+/// (jetsam figures and libdispatch memory-pressure events). On Linux and Android,
+/// [`detect_at`] on `/proc`.
 /// Host-injected warnings are added by the caller ([`crate::HostSignal::source`]).
 pub fn detect() -> Vec<Box<dyn MemorySource>> {
+    #[cfg(target_vendor = "apple")]
+    {
+        vec![Box::new(crate::AppleSource::new())]
+    }
+    #[cfg(not(target_vendor = "apple"))]
+    {
+        detect_at("/proc")
+    }
+}
+
+/// The sources a proc tree at `proc_root` offers: this process's cgroup (v2 if it has the
+/// memory controller, else v1) when readable, and always `<root>/meminfo` with
+/// `<root>/self/status` (a [`ProcSource`], with a system-wide PSI trigger when permitted,
+/// else polled), since host-wide pressure kills processes too. On Android, where apps
+/// usually can read neither PSI nor their cgroup, that polled `ProcSource` is the one
+/// source statelm has without host code.
+pub fn detect_at(proc_root: impl AsRef<Path>) -> Vec<Box<dyn MemorySource>> {
+    let root = proc_root.as_ref();
     let mut sources: Vec<Box<dyn MemorySource>> = Vec::new();
-    if let Some(source) = own_cgroup_source() {
+    if let Some(source) = own_cgroup_source(root) {
         sources.push(source);
     }
-    let mut proc = ProcSource::new();
-    if Path::new("/proc/pressure/memory").exists() {
+    let mut proc = ProcSource::at(root);
+    if root.join("pressure/memory").exists() {
         if let Err(e) = proc.enable_psi(&PsiTriggerSpec::defaults()) {
             tracing::info!(error = %e, "system PSI triggers unavailable; polling /proc");
         }
     }
-    if Path::new("/proc/meminfo").exists() {
+    if root.join("meminfo").exists() {
         sources.push(Box::new(proc));
     }
     sources
@@ -241,6 +262,7 @@ garbage line
         assert_eq!(dirs.v2.unwrap().0, Path::new("/sys/fs/cgroup/app"));
     }
 
+    #[cfg(not(target_vendor = "apple"))]
     #[test]
     fn detect_on_this_machine_has_proc() {
         let sources = detect();

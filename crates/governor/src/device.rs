@@ -2,7 +2,9 @@
 //! overridable from the environment to simulate smaller devices.
 
 use crate::devices::DeviceSpec;
-use crate::{GovernorError, MemorySource, ParseBytesError, ProcSource};
+use crate::{GovernorError, ParseBytesError};
+#[cfg(not(target_vendor = "apple"))]
+use crate::{MemorySource, ProcSource};
 
 /// Environment variable overriding the device memory (`"6GiB"`, `"512MiB"`, bytes).
 pub const DEVICE_MEMORY_ENV: &str = "STATELM_DEVICE_MEMORY";
@@ -12,16 +14,18 @@ pub const DEVICE_ENV: &str = "STATELM_DEVICE";
 /// What the runtime knows about the device it runs on (or simulates).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceProfile {
-    /// Physical RAM in bytes (MemTotal, or the simulated device's RAM).
+    /// Physical RAM in bytes (MemTotal or `hw.memsize`, or the simulated device's RAM).
     pub physical_memory: u64,
-    /// The per-process ceiling: this process's cgroup limit, or a simulated
-    /// device's assumed per-app ceiling. `None` when unlimited.
+    /// The per-process ceiling: this process's cgroup limit, on iOS the jetsam limit
+    /// (footprint + `os_proc_available_memory()`), or a simulated device's assumed
+    /// per-app ceiling. `None` when unlimited.
     pub cgroup_limit: Option<u64>,
-    /// Bytes available now (MemAvailable, bounded by the cgroup's headroom).
+    /// Bytes available now (MemAvailable, bounded by the cgroup's headroom; on iOS the
+    /// room left before jetsam, on macOS the free share of RAM).
     pub available_memory: u64,
     /// Logical CPUs this process may use.
     pub cpu_count: usize,
-    /// Physical cores (from `/proc/cpuinfo`; equals `cpu_count` when unknown).
+    /// Physical cores (from `/proc/cpuinfo` or `hw.physicalcpu`; `cpu_count` when unknown).
     pub physical_cores: usize,
     /// SIMD features detected at run time, e.g. `avx2`, `fma`, `f16c`, `neon`.
     pub simd: Vec<String>,
@@ -30,16 +34,10 @@ pub struct DeviceProfile {
 }
 
 impl DeviceProfile {
-    /// Detects this machine: `/proc/meminfo`, the cgroup, CPUs and SIMD features.
+    /// Detects this machine: its memory (`/proc/meminfo` and the cgroup,
+    /// or on Apple systems `hw.memsize` and the jetsam figures), CPUs and SIMD features.
     pub fn detect() -> DeviceProfile {
-        let proc_reading = ProcSource::new().read().ok();
-        let physical_memory = proc_reading.as_ref().and_then(|r| r.limit).unwrap_or(0);
-        let mut available_memory = proc_reading.and_then(|r| r.available).unwrap_or(0);
-        let cgroup = crate::detect::own_cgroup_reading();
-        let cgroup_limit = cgroup.as_ref().and_then(|r| r.limit);
-        if let Some(headroom) = cgroup.and_then(|r| r.available) {
-            available_memory = available_memory.min(headroom);
-        }
+        let (physical_memory, cgroup_limit, available_memory) = detect_memory();
         let cpu_count = std::thread::available_parallelism().map_or(1, |n| n.get());
         DeviceProfile {
             physical_memory,
@@ -115,7 +113,37 @@ impl DeviceProfile {
     }
 }
 
+/// (physical memory, per-process ceiling, available now) on Linux and Android: MemTotal,
+/// the cgroup limit, and MemAvailable bounded by the cgroup's headroom.
+#[cfg(not(target_vendor = "apple"))]
+fn detect_memory() -> (u64, Option<u64>, u64) {
+    let proc_reading = ProcSource::new().read().ok();
+    let physical_memory = proc_reading.as_ref().and_then(|r| r.limit).unwrap_or(0);
+    let mut available_memory = proc_reading.and_then(|r| r.available).unwrap_or(0);
+    let cgroup = crate::detect::own_cgroup_reading();
+    let cgroup_limit = cgroup.as_ref().and_then(|r| r.limit);
+    if let Some(headroom) = cgroup.and_then(|r| r.available) {
+        available_memory = available_memory.min(headroom);
+    }
+    (physical_memory, cgroup_limit, available_memory)
+}
+
+/// (physical memory, per-process ceiling, available now) on iOS and macOS: `hw.memsize`,
+/// the jetsam ceiling (footprint + `os_proc_available_memory`, iOS), and the room left.
+#[cfg(target_vendor = "apple")]
+fn detect_memory() -> (u64, Option<u64>, u64) {
+    let m = crate::apple::sample().profile();
+    (m.physical_memory, m.process_limit, m.available_memory)
+}
+
+/// Physical CPU cores (`hw.physicalcpu`).
+#[cfg(target_vendor = "apple")]
+fn physical_cores() -> Option<usize> {
+    crate::apple::physical_cores()
+}
+
 /// Distinct (physical id, core id) pairs in `/proc/cpuinfo`.
+#[cfg(not(target_vendor = "apple"))]
 fn physical_cores() -> Option<usize> {
     let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     let mut pairs = std::collections::BTreeSet::new();
@@ -272,12 +300,13 @@ mod tests {
         println!("{}", serde_json::to_string_pretty(&p).unwrap());
         assert!(p.cpu_count >= 1);
         assert!(p.physical_cores >= 1 && p.physical_cores <= p.cpu_count);
-        if cfg!(target_os = "linux") {
+        if cfg!(any(target_os = "linux", target_vendor = "apple")) {
             assert!(p.physical_memory >= 256 << 20, "{p:?}");
             assert!(p.available_memory > 0 && p.available_memory <= p.physical_memory);
             assert!(p.effective_memory() <= p.physical_memory);
         }
-        if cfg!(target_arch = "x86_64") && std::is_x86_feature_detected!("avx2") {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
             assert!(p.simd.iter().any(|f| f == "avx2"));
         }
     }

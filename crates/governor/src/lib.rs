@@ -14,13 +14,22 @@
 //!   plus `memory.pressure_level` notifications through eventfds.
 //! - [`ProcSource`] — `/proc/meminfo` and `/proc/self/status`, optionally with a
 //!   system-wide PSI trigger on `/proc/pressure/memory`.
+//! - `AppleSource` (iOS, macOS) — physical memory, this process's footprint and the room
+//!   jetsam leaves it (`os_proc_available_memory`), plus libdispatch memory-pressure events
+//!   that statelm registers itself; the figures are decided on by [`AppleMemory`].
 //! - [`HostSource`] — levels injected by the app host through a [`HostSignal`]
 //!   (iOS `didReceiveMemoryWarning`, Android `onTrimMemory`, SIGUSR1/SIGUSR2).
 //!
 //! [`detect`] picks what this machine has and [`Monitor`] runs them in the
 //! background, publishing level changes.
-#![forbid(unsafe_code)]
+//!
+//! `unsafe` is denied everywhere but in the Apple platform calls (`apple_sys`).
+#![deny(unsafe_code)]
 
+mod apple;
+#[cfg(target_vendor = "apple")]
+#[allow(unsafe_code)]
+mod apple_sys;
 mod budget;
 mod cgroup_v1;
 mod cgroup_v2;
@@ -36,12 +45,18 @@ mod proc_source;
 mod psi;
 mod util;
 
+#[cfg(target_vendor = "apple")]
+pub use apple::AppleSource;
+pub use apple::{
+    dispatch_pressure_level, AppleMemory, AppleProfileMemory, DISPATCH_MEMORYPRESSURE_CRITICAL,
+    DISPATCH_MEMORYPRESSURE_NORMAL, DISPATCH_MEMORYPRESSURE_WARN,
+};
 pub use budget::{BudgetBreakdown, Category, MemoryBudget, Reservation};
 pub use cgroup_v1::CgroupV1Source;
 pub use cgroup_v2::{CgroupV2Events, CgroupV2Source};
 pub use detect::{
-    cgroup_dirs, describe_sources, detect, parse_mountinfo, parse_proc_cgroup, CgroupDirs,
-    CgroupMembership, MountInfo,
+    cgroup_dirs, describe_sources, detect, detect_at, parse_mountinfo, parse_proc_cgroup,
+    CgroupDirs, CgroupMembership, MountInfo,
 };
 pub use device::{parse_bytes, DeviceProfile, DEVICE_ENV, DEVICE_MEMORY_ENV};
 pub use devices::{device, devices, DeviceSpec, Platform};
