@@ -165,9 +165,14 @@ fn tier_flag_picks_the_variant_for_the_device() {
     spec.weight_type = GgmlType::Q8_0;
     write_synthetic_model(dir.path().join("m-q8_0.gguf"), &spec).unwrap();
     let d = dir.path().to_str().unwrap();
-    for (mem, want) in [("4GiB", "m-q4_0.gguf"), ("16GiB", "m-q8_0.gguf")] {
-        let (ok, _out, err) = statelm(
-            &["--tier", "default", "run", "-m", d, "-p", "ab", "-n", "2"],
+    for (mem, want, budget) in [
+        ("4GiB", "m-q4_0.gguf", 1024),
+        ("16GiB", "m-q8_0.gguf", 2048),
+    ] {
+        let (ok, out, err) = statelm(
+            &[
+                "--tier", "default", "run", "-m", d, "-p", "ab", "-n", "2", "--json",
+            ],
             &[("STATELM_DEVICE_MEMORY", mem)],
         );
         assert!(ok, "{err}");
@@ -176,5 +181,18 @@ fn tier_flag_picks_the_variant_for_the_device() {
             .find(|l| l.starts_with("tier "))
             .expect("a tier line");
         assert!(line.contains(want), "{mem}: {line}");
+        // The tier's token budget is the one the generation runs with.
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["token_budget"], budget, "{mem}: {v}");
     }
+    // A budget on the command line wins over the tier's.
+    let (ok, out, err) = statelm(
+        &[
+            "--tier", "default", "run", "-m", d, "-p", "ab", "-n", "2", "--json", "--ctx", "300",
+        ],
+        &[("STATELM_DEVICE_MEMORY", "4GiB")],
+    );
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["token_budget"], 300, "{v}");
 }

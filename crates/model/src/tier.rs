@@ -3,8 +3,8 @@
 //! applied by picking the matching GGUF variant of a model or requantizing one in memory.
 //!
 //! Two policies:
-//! - [`TierPolicy::Default`]: effective memory ≥ 8 GiB → Q8_0 weights and a 2048-token budget,
-//!   else 4-bit weights (Q4_0 / Q4_K family) and 1024 tokens.
+//! - [`TierPolicy::Default`]: physical memory ≥ 8 GB (as sold; see [`Q8_MIN_PHYSICAL`]) → Q8_0
+//!   weights and a 2048-token budget, else 4-bit weights (Q4_0 / Q4_K family) and 1024 tokens.
 //! - [`TierPolicy::Fit`]: with the capacity planner, the highest-precision variant whose
 //!   footprint at the requested budget stays under the ceiling minus [`SAFETY_MARGIN`]; a
 //!   smaller budget (halving, down to [`MIN_BUDGET`]) is tried before a lower precision.
@@ -22,8 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Effective memory from which the default policy picks Q8_0.
+/// Physical memory from which the default policy picks Q8_0 (8 GiB, as devices are sold).
 pub const Q8_MIN_MEMORY: u64 = 8 << 30;
+/// What an "8 GB" device may read as physical memory and still count as 8 GB: the kernel,
+/// firmware and carve-outs keep a few hundred MiB (Linux/Android `MemTotal` of 8 GB phones
+/// reads 7.2–7.8 GiB), so the gate allows 1 GiB below [`Q8_MIN_MEMORY`].
+pub const Q8_MIN_PHYSICAL: u64 = Q8_MIN_MEMORY - (1 << 30);
 /// Token budget of the Q8_0 default tier.
 pub const Q8_BUDGET: usize = 2048;
 /// Token budget of the 4-bit default tier.
@@ -180,17 +184,19 @@ pub(crate) fn gib(b: u64) -> String {
     }
 }
 
-/// The default policy: ≥ 8 GiB effective → Q8_0 / 2048, else Q4 / 1024; overrides win.
+/// The default policy, the iPhone tiering statelm follows: a device with 8 GB of physical
+/// memory or more (as sold: [`Q8_MIN_PHYSICAL`] counts) → Q8_0 weights and a 2048-token
+/// budget, else 4-bit weights and 1024; overrides win. The gate is the RAM, not the per-app
+/// ceiling: the ceiling decides what fits (the fit policy, the planner and the governor).
 pub fn default_tier(mem: &DeviceMemory, ov: &TierOverrides) -> Tier {
-    let eff = mem.effective();
-    let big = eff >= Q8_MIN_MEMORY;
+    let big = mem.physical >= Q8_MIN_PHYSICAL;
     let (quant, budget) = if big {
         (QuantTier::Q8_0, Q8_BUDGET)
     } else {
         (QuantTier::Q4, Q4_BUDGET)
     };
     let reason = format!(
-        "effective memory {} {} 8 GiB → {} weights, {budget} tokens",
+        "physical memory {} {} 8 GiB → {} weights, {budget} tokens",
         mem.describe(),
         if big { "≥" } else { "<" },
         quant.name()

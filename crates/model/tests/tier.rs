@@ -39,7 +39,8 @@ fn default_policy_matrix() {
         (QuantTier::Q4, 1024),
         (QuantTier::Q8_0, 2048),
         (QuantTier::Q8_0, 2048),
-        (QuantTier::Q4, 1024),
+        // The gate is the RAM; the 1 GiB cgroup decides what fits (the fit policy), not the tier.
+        (QuantTier::Q8_0, 2048),
     ];
     for (mem, want) in devices().iter().zip(want) {
         let t = default_tier(mem, &TierOverrides::default());
@@ -65,6 +66,70 @@ fn default_policy_matrix() {
         "{}",
         t.reason
     );
+}
+
+/// The tiering statelm follows, pinned: 8 GB iPhones (A17 Pro, A18 Pro) get int8 weights and
+/// 2048 tokens, 6 GB ones (A15, A16) 4-bit and 1024 — whatever their per-app ceilings — and
+/// an "8 GB" Android phone whose kernel reports 7.4 GiB counts as 8 GB.
+#[test]
+fn default_tier_rows_of_the_iphone_guide() {
+    let device = |name: &str, physical: u64, ceiling: u64| DeviceMemory {
+        physical,
+        ceiling: Some(ceiling),
+        name: Some(name.into()),
+    };
+    let rows = [
+        (
+            device("iPhone 15 Pro (A17 Pro)", 8 * GIB, 4 * GIB),
+            QuantTier::Q8_0,
+            2048,
+        ),
+        (
+            device("iPhone 16 Pro (A18 Pro)", 8 * GIB, 4 * GIB),
+            QuantTier::Q8_0,
+            2048,
+        ),
+        (
+            device("iPhone 13 Pro (A15)", 6 * GIB, 3 * GIB),
+            QuantTier::Q4,
+            1024,
+        ),
+        (
+            device("iPhone 14 (A15)", 6 * GIB, 3 * GIB),
+            QuantTier::Q4,
+            1024,
+        ),
+        (
+            device("iPhone 14 Pro (A16)", 6 * GIB, 3 * GIB),
+            QuantTier::Q4,
+            1024,
+        ),
+        (
+            device("iPhone 15 (A16)", 6 * GIB, 3 * GIB),
+            QuantTier::Q4,
+            1024,
+        ),
+        (
+            device("8 GB Android, MemTotal 7.4 GiB", 74 * GIB / 10, 7 * GIB / 2),
+            QuantTier::Q8_0,
+            2048,
+        ),
+        (
+            device("6 GB Android, MemTotal 5.5 GiB", 11 * GIB / 2, 3 * GIB),
+            QuantTier::Q4,
+            1024,
+        ),
+    ];
+    for (mem, quant, budget) in rows {
+        let t = default_tier(&mem, &TierOverrides::default());
+        assert_eq!(
+            (t.quant, t.token_budget),
+            (quant, budget),
+            "{}: {}",
+            mem.describe(),
+            t.reason
+        );
+    }
 }
 
 /// Footprint of a hypothetical dense model of `params` parameters at each precision.

@@ -45,9 +45,10 @@ pub struct ChatArgs {
     /// System prompt (kept when the context is trimmed).
     #[arg(long)]
     system: Option<String>,
-    /// Token budget of the conversation: beyond it the middle is trimmed (with a notice).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(8..))]
-    budget: u32,
+    /// Token budget of the conversation: beyond it the middle is trimmed (with a notice)
+    /// [default: 4096, or the tier's budget with --tier].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(8..))]
+    budget: Option<u32>,
     /// Most tokens per answer.
     #[arg(long, default_value_t = 512)]
     max_tokens: usize,
@@ -67,8 +68,9 @@ pub struct ChatArgs {
 
 /// Runs the command.
 pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
-    let (_, model) = load_model(ctx, args.model.as_deref())?;
-    let budget = args.budget as usize;
+    let loaded = load_model(ctx, args.model.as_deref())?;
+    let budget = loaded.budget(args.budget.map(|b| b as usize));
+    let model = loaded.model;
     let config = EngineConfig {
         session_capacity: budget,
         token_budget: budget,
@@ -81,7 +83,7 @@ pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
     } else {
         attach_monitor(&engine)
     };
-    let mut repl = Repl::new(args, engine, model);
+    let mut repl = Repl::new(args, engine, model, budget);
     match runtime()?.block_on(repl.run())? {
         End::Eof if repl.failed > 0 && !repl.interactive => {
             anyhow::bail!("{} of the turns failed", repl.failed)
@@ -147,6 +149,8 @@ enum Flow {
 
 struct Repl<'a> {
     args: &'a ChatArgs,
+    /// The conversation's token budget (`--budget`, else the tier's, else the default).
+    budget: usize,
     engine: EngineHandle,
     model: Arc<Model>,
     style: Style,
@@ -193,13 +197,14 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl<'a> Repl<'a> {
-    fn new(args: &'a ChatArgs, engine: EngineHandle, model: Arc<Model>) -> Repl<'a> {
+    fn new(args: &'a ChatArgs, engine: EngineHandle, model: Arc<Model>, budget: usize) -> Repl<'a> {
         let turns = TurnText::derive(&model);
         if turns.is_none() {
             tracing::info!("chat template gives no turn texts; each turn resends the conversation");
         }
         Repl {
             args,
+            budget,
             engine,
             model,
             style: Style::detect(),
@@ -225,7 +230,7 @@ impl<'a> Repl<'a> {
         if self.interactive {
             self.notice(&format!(
                 "statelm chat: token budget {}, /help for commands, Ctrl-D to quit",
-                self.args.budget
+                self.budget
             ));
         }
         loop {
@@ -338,7 +343,7 @@ impl<'a> Repl<'a> {
         let id = self
             .engine
             .create_session(SessionOptions {
-                token_budget: Some(self.args.budget as usize),
+                token_budget: Some(self.budget),
                 pinned_prefix,
                 system_prompt: None,
             })
@@ -485,7 +490,7 @@ impl<'a> Repl<'a> {
         let Some(id) = self.session else {
             self.notice(&format!(
                 "[no conversation yet; token budget {}]",
-                self.args.budget
+                self.budget
             ));
             return Ok(());
         };

@@ -109,7 +109,7 @@ fn teacher_force(model: &Model, tokens: &[u32], kv_type: KvType, top: usize) -> 
 
 /// Runs the command.
 pub fn run(args: &LogitsArgs, ctx: &Ctx) -> Result<()> {
-    let (_, model) = load_model(ctx, args.model.as_deref())?;
+    let model = load_model(ctx, args.model.as_deref())?.model;
     let tok = model.tokenizer();
     let tokens = match (&args.tokens, &args.text) {
         (Some(t), _) => t.clone(),

@@ -92,7 +92,7 @@ pub fn run(args: &PerplexityArgs, ctx: &Ctx) -> Result<()> {
             e.utf8_error().valid_up_to()
         )
     })?;
-    let (_, model) = load_model(ctx, args.model.as_deref())?;
+    let model = load_model(ctx, args.model.as_deref())?.model;
     let tok = model.tokenizer();
     let tokens = tok
         .encode(&text, true, false)

@@ -62,9 +62,10 @@ pub struct RunArgs {
     /// Stop before this text (repeatable; `\n` and `\t` are unescaped).
     #[arg(long, value_parser = unescape)]
     stop: Vec<String>,
-    /// Token budget of the context (trimmed, with a notice, beyond it).
-    #[arg(long, default_value_t = 4096)]
-    ctx: usize,
+    /// Token budget of the context (trimmed, with a notice, beyond it) [default: 4096, or the
+    /// tier's budget with --tier].
+    #[arg(long)]
+    ctx: Option<usize>,
     /// KV cache type.
     #[arg(long, default_value = "f16", value_parser = parse_kv)]
     kv_type: KvType,
@@ -122,23 +123,44 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// A loaded model and, with `--tier`, the token budget its tier chose.
+pub(crate) struct Loaded {
+    /// The file loaded.
+    pub path: PathBuf,
+    /// The model.
+    pub model: Arc<Model>,
+    /// The tier's token budget (`--tier` only).
+    pub tier_budget: Option<usize>,
+}
+
+impl Loaded {
+    /// The token budget to run with: the one given on the command line, else the tier's,
+    /// else the engine's default (4096).
+    pub fn budget(&self, explicit: Option<usize>) -> usize {
+        explicit
+            .or(self.tier_budget)
+            .unwrap_or(EngineConfig::default().token_budget)
+    }
+}
+
 /// Resolves `-m` (fetching a known model when missing) and loads it.
-pub(crate) fn load_model(ctx: &Ctx, arg: Option<&str>) -> Result<(PathBuf, Arc<Model>)> {
+pub(crate) fn load_model(ctx: &Ctx, arg: Option<&str>) -> Result<Loaded> {
     if let Some(tier) = ctx.tier {
         return load_tiered(ctx, arg, tier);
     }
     let path = ctx.model_path(arg, false)?;
     let model = Model::load(&path, &ctx.load_options())
         .with_context(|| format!("cannot load {}", path.display()))?;
-    Ok((path, model))
+    Ok(Loaded {
+        path,
+        model,
+        tier_budget: None,
+    })
 }
 
-/// `--tier`: picks (or makes) the variant for this device and says what it chose, in one line.
-fn load_tiered(
-    ctx: &Ctx,
-    arg: Option<&str>,
-    tier: crate::TierArg,
-) -> Result<(PathBuf, Arc<Model>)> {
+/// `--tier`: picks (or makes) the variant for this device and says what it chose, in one line;
+/// the tier's token budget applies unless the command line gives one.
+fn load_tiered(ctx: &Ctx, arg: Option<&str>, tier: crate::TierArg) -> Result<Loaded> {
     use statelm_model::tier::{load_for_device, TierOverrides};
     let path = match arg.map(std::path::Path::new) {
         Some(dir) if dir.is_dir() => dir.to_path_buf(),
@@ -152,7 +174,11 @@ fn load_tiered(
     };
     let (model, choice) = load_for_device(&[path], &mem, tier.policy, &ov, &ctx.load_options())?;
     eprintln!("{}", choice.summary);
-    Ok((choice.path, model))
+    Ok(Loaded {
+        path: choice.path,
+        model,
+        tier_budget: Some(choice.tier.token_budget),
+    })
 }
 
 /// Terminal styling: ANSI only where the stream is a terminal.
@@ -281,15 +307,16 @@ impl RunArgs {
 
 /// Runs the command.
 pub fn run(args: &RunArgs, ctx: &Ctx) -> Result<()> {
-    let (_, model) = load_model(ctx, args.model.as_deref())?;
+    let loaded = load_model(ctx, args.model.as_deref())?;
+    let budget = loaded.budget(args.ctx);
     let config = EngineConfig {
-        session_capacity: args.ctx.max(statelm_engine::MIN_TOKEN_BUDGET),
-        token_budget: args.ctx,
+        session_capacity: budget.max(statelm_engine::MIN_TOKEN_BUDGET),
+        token_budget: budget,
         kv_type: args.kv_type,
         ..EngineConfig::default()
     };
-    let engine = Engine::start(model, config);
-    let interrupted = runtime()?.block_on(generate(args, &engine))?;
+    let engine = Engine::start(loaded.model, config);
+    let interrupted = runtime()?.block_on(generate(args, &engine, budget))?;
     if interrupted {
         exit_interrupted();
     }
@@ -297,7 +324,7 @@ pub fn run(args: &RunArgs, ctx: &Ctx) -> Result<()> {
 }
 
 /// Streams one generation; true when Ctrl-C stopped it.
-async fn generate(args: &RunArgs, engine: &EngineHandle) -> Result<bool> {
+async fn generate(args: &RunArgs, engine: &EngineHandle, budget: usize) -> Result<bool> {
     let style = Style::detect();
     let session = engine.create_session(SessionOptions::default()).await?;
     let mut stream = engine.generate(GenerateRequest {
@@ -352,6 +379,7 @@ async fn generate(args: &RunArgs, engine: &EngineHandle) -> Result<bool> {
             "generated_tokens": done.generated_tokens, "stop_reason": stop_name(&done.stop_reason),
             "time_to_first_token_ms": done.time_to_first_token.as_secs_f64() * 1e3,
             "decode_tokens_per_s": done.decode_tokens_per_s, "notices": notices,
+            "token_budget": budget,
         });
         println!("{v}");
     } else {

@@ -37,9 +37,10 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1 routes.
     #[arg(long, env = "STATELM_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Token budget of each conversation: beyond it the middle is trimmed (and reported).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(8..))]
-    budget: u32,
+    /// Token budget of each conversation: beyond it the middle is trimmed (and reported)
+    /// [default: 4096, or the tier's budget with --tier].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(8..))]
+    budget: Option<u32>,
     /// Conversations kept for reuse (engine sessions).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_sessions: u32,
@@ -65,12 +66,13 @@ pub struct ServeArgs {
 
 /// Runs the command.
 pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
-    let (path, model) = load_model(ctx, args.model.as_deref())?;
+    let loaded = load_model(ctx, args.model.as_deref())?;
+    let budget = loaded.budget(args.budget.map(|b| b as usize));
+    let (path, model) = (loaded.path, loaded.model);
     let id = args
         .name
         .clone()
         .unwrap_or_else(|| model_id(args.model.as_deref(), &path));
-    let budget = args.budget as usize;
     let engine = Engine::start(
         model.clone(),
         EngineConfig {
