@@ -380,7 +380,12 @@ int statelm_string_free(char *s);
  * Describes the device statelm runs on, as JSON: `physical_memory`, `cgroup_limit` (the
  * per-process ceiling, or null), `available_memory` (bytes), `cpu_count`, `physical_cores`,
  * `simd` (features detected at run time) and `name` (set when simulated through the
- * `STATELM_DEVICE` / `STATELM_DEVICE_MEMORY` environment variables).
+ * `STATELM_DEVICE` / `STATELM_DEVICE_MEMORY` environment variables). On iOS the figures are
+ * the system's own: `physical_memory` from `hw.memsize`, `available_memory` from
+ * `os_proc_available_memory()` (what this process may still allocate before jetsam kills
+ * it) and `cgroup_limit` the jetsam ceiling (footprint + that room); on macOS
+ * `available_memory` is the free share of RAM and `cgroup_limit` null. On Linux and
+ * Android: MemTotal, MemAvailable and the memory cgroup's limit.
  * `*out` receives a string to free with `statelm_string_free` (NULL on failure).
  *
  * # Safety
@@ -419,10 +424,17 @@ int statelm_model_free(struct StatelmModel *model);
  * (bytes), `idle_after_ms` (a session idle this long may be spilled), `stream_buffer`
  * (events buffered per generation before the engine waits for its callback),
  * `prefill_chunk`, and `policy` (`trim_keep_fraction`, `warning_factor`,
- * `critical_factor`, `hard_trim_suffix`). Unknown fields are an error.
- * `*out` receives the engine handle (NULL on failure); free it with `statelm_engine_free`.
+ * `critical_factor`, `hard_trim_suffix`), and `os_memory_watch` (see below). Unknown fields
+ * are an error. `*out` receives the engine handle (NULL on failure); free it with
+ * `statelm_engine_free`.
  *
  * The engine computes on its own thread and keeps its own reference to the model.
+ *
+ * With `os_memory_watch` (default true on iOS, macOS and Android, false elsewhere) the engine
+ * watches the OS's own memory signals from the start, with no host code: on iOS and macOS a
+ * libdispatch memory-pressure source and the jetsam figures (`os_proc_available_memory`),
+ * on Android and Linux `/proc/meminfo` polled (with PSI triggers where permitted) and the
+ * process's memory cgroup. `statelm_memory_warning` still works alongside it.
  *
  * # Safety
  * `config_json` must be NULL or a NUL-terminated string; `out` must be NULL or valid for

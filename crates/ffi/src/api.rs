@@ -46,7 +46,12 @@ pub extern "C" fn statelm_string_free(s: *mut c_char) -> c_int {
 /// Describes the device statelm runs on, as JSON: `physical_memory`, `cgroup_limit` (the
 /// per-process ceiling, or null), `available_memory` (bytes), `cpu_count`, `physical_cores`,
 /// `simd` (features detected at run time) and `name` (set when simulated through the
-/// `STATELM_DEVICE` / `STATELM_DEVICE_MEMORY` environment variables).
+/// `STATELM_DEVICE` / `STATELM_DEVICE_MEMORY` environment variables). On iOS the figures are
+/// the system's own: `physical_memory` from `hw.memsize`, `available_memory` from
+/// `os_proc_available_memory()` (what this process may still allocate before jetsam kills
+/// it) and `cgroup_limit` the jetsam ceiling (footprint + that room); on macOS
+/// `available_memory` is the free share of RAM and `cgroup_limit` null. On Linux and
+/// Android: MemTotal, MemAvailable and the memory cgroup's limit.
 /// `*out` receives a string to free with `statelm_string_free` (NULL on failure).
 ///
 /// # Safety

@@ -25,10 +25,17 @@ pub const STATELM_PRESSURE_CRITICAL: c_int = 2;
 /// (bytes), `idle_after_ms` (a session idle this long may be spilled), `stream_buffer`
 /// (events buffered per generation before the engine waits for its callback),
 /// `prefill_chunk`, and `policy` (`trim_keep_fraction`, `warning_factor`,
-/// `critical_factor`, `hard_trim_suffix`). Unknown fields are an error.
-/// `*out` receives the engine handle (NULL on failure); free it with `statelm_engine_free`.
+/// `critical_factor`, `hard_trim_suffix`), and `os_memory_watch` (see below). Unknown fields
+/// are an error. `*out` receives the engine handle (NULL on failure); free it with
+/// `statelm_engine_free`.
 ///
 /// The engine computes on its own thread and keeps its own reference to the model.
+///
+/// With `os_memory_watch` (default true on iOS, macOS and Android, false elsewhere) the engine
+/// watches the OS's own memory signals from the start, with no host code: on iOS and macOS a
+/// libdispatch memory-pressure source and the jetsam figures (`os_proc_available_memory`),
+/// on Android and Linux `/proc/meminfo` polled (with PSI triggers where permitted) and the
+/// process's memory cgroup. `statelm_memory_warning` still works alongside it.
 ///
 /// # Safety
 /// `config_json` must be NULL or a NUL-terminated string; `out` must be NULL or valid for
@@ -45,8 +52,11 @@ pub unsafe extern "C" fn statelm_engine_start(
         let model = handles::model(model)?;
         // SAFETY: by this function's contract `config_json` is NULL or NUL-terminated.
         let json = unsafe { read_opt_str(config_json, "config_json") }?;
-        let config = options::engine_config(json)?;
-        let engine = FfiEngine::new(Engine::start(model, config));
+        let start = options::engine_config(json)?;
+        let engine = FfiEngine::new(Engine::start(model, start.config));
+        if start.os_memory_watch {
+            engine.watch_os_memory();
+        }
         let handle = handles::new_engine(engine)?;
         // SAFETY: `out` was checked by `reset_out`.
         unsafe { write_out(out, handle) };

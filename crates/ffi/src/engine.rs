@@ -15,6 +15,7 @@ use crate::status::{
 };
 use futures::StreamExt;
 use statelm_engine::{EngineHandle, GenerateRequest, GenerationStream, RequestId};
+use statelm_governor::{Monitor, MonitorConfig};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -102,6 +103,8 @@ pub(crate) struct FfiEngine {
     pub handle: EngineHandle,
     table: Mutex<Table>,
     changed: Condvar,
+    /// The governor monitor over the OS's memory sources (`os_memory_watch`), if running.
+    monitor: Mutex<Option<Monitor>>,
 }
 
 impl FfiEngine {
@@ -111,7 +114,24 @@ impl FfiEngine {
             handle,
             table: Mutex::new(Table::default()),
             changed: Condvar::new(),
+            monitor: Mutex::new(None),
         })
+    }
+
+    /// Starts a governor monitor over the OS's own memory sources ([`statelm_governor::detect`])
+    /// that forwards every level change to the engine. A monitor that cannot start is logged,
+    /// not fatal: the host's `statelm_memory_warning` still works.
+    pub fn watch_os_memory(&self) {
+        let sources = statelm_governor::detect();
+        match self
+            .handle
+            .attach_monitor(sources, MonitorConfig::default())
+        {
+            Ok(monitor) => {
+                *self.monitor.lock().unwrap_or_else(PoisonError::into_inner) = Some(monitor);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch the OS's memory signals"),
+        }
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -337,6 +357,13 @@ impl FfiEngine {
 
     /// Refuses new generations, cancels the running ones and joins every delivery thread.
     pub fn shutdown(&self) {
+        // Stops and joins the monitor's threads first: no level change arrives after this.
+        drop(
+            self.monitor
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
         let mut t = self.table();
         t.closed = true;
         let running: Vec<u64> = t.active.keys().copied().collect();

@@ -72,6 +72,24 @@ struct EngineJson {
     stream_buffer: Option<usize>,
     prefill_chunk: Option<usize>,
     policy: Option<PolicyJson>,
+    os_memory_watch: Option<bool>,
+}
+
+/// Whether an engine watches the OS's memory signals itself unless told otherwise: on the
+/// phones and Macs (iOS and macOS jetsam figures and libdispatch events, Android's polled
+/// `/proc`), where no host code may forward a warning in time; not on other Linux systems,
+/// where the embedding server or tool usually runs its own governor.
+pub(crate) const DEFAULT_OS_MEMORY_WATCH: bool =
+    cfg!(any(target_vendor = "apple", target_os = "android"));
+
+/// What `statelm_engine_start` starts: the engine's configuration, and whether statelm
+/// watches the OS's memory signals itself (`os_memory_watch`).
+#[derive(Debug)]
+pub(crate) struct EngineStart {
+    /// The engine configuration.
+    pub config: EngineConfig,
+    /// Attach a governor monitor over the OS's own memory sources.
+    pub os_memory_watch: bool,
 }
 
 /// A fraction in (0, 1], or an error naming `what`.
@@ -86,8 +104,9 @@ fn fraction(v: f64, what: &str) -> Result<f64, FfiError> {
 }
 
 /// `statelm_engine_start` configuration (every field optional; see the header).
-pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineConfig, FfiError> {
+pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError> {
     let j: EngineJson = parse(json, "engine config")?;
+    let os_memory_watch = j.os_memory_watch.unwrap_or(DEFAULT_OS_MEMORY_WATCH);
     let mut c = EngineConfig::default();
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = j.$field { c.$field = v; } )* };
@@ -126,7 +145,10 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineConfig, FfiError
             c.policy.hard_trim_suffix = v;
         }
     }
-    Ok(c)
+    Ok(EngineStart {
+        config: c,
+        os_memory_watch,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -250,10 +272,17 @@ mod tests {
                 "policy":{"hard_trim_suffix":4}}"#,
         ))
         .unwrap();
+        assert_eq!(c.os_memory_watch, DEFAULT_OS_MEMORY_WATCH);
+        let c = c.config;
         assert_eq!(c.max_sessions, 3);
         assert_eq!(c.idle_after, Duration::ZERO);
         assert_eq!(c.kv_type, KvType::Q8_0);
         assert_eq!(c.policy.hard_trim_suffix, 4);
+        for (json, watch) in [(r#"{"os_memory_watch":true}"#, true), ("{}", false)] {
+            let json = json.replace("{}", r#"{"os_memory_watch":false}"#);
+            assert_eq!(engine_config(Some(&json)).unwrap().os_memory_watch, watch);
+        }
+        assert!(engine_config(Some(r#"{"os_memory_watch":"yes"}"#)).is_err());
         assert!(engine_config(Some(r#"{"max_session":3}"#)).is_err());
         assert!(engine_config(Some(r#"{"kv_type":"f8"}"#)).is_err());
         assert!(engine_config(Some(r#"{"policy":{"warning_factor":2}}"#)).is_err());

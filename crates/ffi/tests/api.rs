@@ -254,3 +254,62 @@ fn a_generation_without_callback_can_still_be_waited_for() {
     assert!(v["history_tokens"].as_u64().unwrap() >= 4, "{json}");
     assert_eq!(v["busy"], false);
 }
+
+#[test]
+fn an_engine_can_watch_the_os_memory_itself() {
+    let f = fixture();
+    for config in [
+        c"{\"os_memory_watch\":true}",
+        c"{\"os_memory_watch\":false}",
+    ] {
+        let mut engine = null_mut();
+        // SAFETY: valid config string and out-pointer.
+        let rc = unsafe { statelm_engine_start(f.model, config.as_ptr(), &mut engine) };
+        assert_eq!(rc, STATELM_OK, "{}", last_error());
+        let a = session(engine);
+        let mut req = 0;
+        // SAFETY: valid strings and out-pointer; no callback.
+        let rc = unsafe {
+            statelm_generate(
+                engine,
+                a,
+                c"{\"tokens\":[1,5,6]}".as_ptr(),
+                c"{\"max_tokens\":2}".as_ptr(),
+                None,
+                null_mut(),
+                &mut req,
+            )
+        };
+        assert_eq!(rc, STATELM_OK, "{}", last_error());
+        assert_eq!(statelm_wait(engine, req, 60_000), STATELM_OK);
+        // Stops and joins the monitor's threads.
+        assert_eq!(statelm_engine_free(engine), STATELM_OK);
+    }
+    let mut engine = null_mut();
+    // SAFETY: as above; the value has the wrong type on purpose.
+    let rc =
+        unsafe { statelm_engine_start(f.model, c"{\"os_memory_watch\":1}".as_ptr(), &mut engine) };
+    assert_eq!(rc, STATELM_ERR_INVALID_ARGUMENT);
+    assert!(engine.is_null());
+}
+
+#[test]
+fn the_device_profile_reports_this_machine() {
+    let mut s = null_mut();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { statelm_device_profile_json(&mut s) };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    // SAFETY: a live string from statelm.
+    let json = unsafe { CStr::from_ptr(s) }.to_str().unwrap().to_owned();
+    assert_eq!(statelm_string_free(s), STATELM_OK);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    if std::env::var_os("STATELM_DEVICE").is_none()
+        && std::env::var_os("STATELM_DEVICE_MEMORY").is_none()
+    {
+        let physical = v["physical_memory"].as_u64().unwrap();
+        let available = v["available_memory"].as_u64().unwrap();
+        assert!(physical >= 256 << 20, "{json}");
+        assert!(available > 0 && available <= physical, "{json}");
+    }
+    assert!(v["cpu_count"].as_u64().unwrap() >= 1, "{json}");
+}

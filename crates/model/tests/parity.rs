@@ -13,6 +13,33 @@ use statelm_model::{testing, KvType, LoadOptions, Model, Numerics};
 /// The bar for the f32 run: (top-1 agreement, mean |Δlogit|).
 const F32_BAR: (f64, f64) = (0.99, 0.1);
 
+/// Top-1 flips forgiven when the environment selects a subset of the prompts
+/// (`STATELM_PARITY_PROMPTS`, `STATELM_PARITY_ONLY`): over one prompt's 32 steps a single
+/// near-tie flip is 3 points, so a subset is held to the mean |Δlogit| bars as they are and
+/// to the top-1 bars less two steps. The default run (every prompt) forgives nothing.
+const SUBSET_FLIPS: f64 = 2.0;
+
+/// The bar for `Numerics::LlamaCpp` with an f32 cache. Only x86-64 sums in the order of the
+/// reference's backend (llama.cpp's x86 AVX2 kernels), and so is held to bit-identity's bar;
+/// other CPUs (aarch64, checked under qemu by `scripts/cross`) sum in their own order and are
+/// held to the spread of llama.cpp's own settings, as the fast numerics are.
+fn llama_cpp_f32_bar(fast_bar: (f64, f64)) -> (f64, f64) {
+    if cfg!(target_arch = "x86_64") {
+        F32_BAR
+    } else {
+        fast_bar
+    }
+}
+
+/// A top-1 bar lowered by [`SUBSET_FLIPS`] steps when only a subset of prompts runs.
+fn subset_top1_bar(bar: f64, steps: usize) -> f64 {
+    if common::subset_selected() {
+        bar - SUBSET_FLIPS / steps.max(1) as f64
+    } else {
+        bar
+    }
+}
+
 /// Holds a model to the bars. With `Numerics::LlamaCpp` every product sums in the order of
 /// llama.cpp's x86 backend at the reference's commit (llama-cpp-python 0.3.35 reproduces the
 /// reference files exactly; `tools/parity`), so the f32 run is bit-identical to the reference
@@ -38,7 +65,9 @@ fn check(
         fast.top1(),
         fast.mean_abs()
     );
-    assert!(fast.top1() >= fast_bar.0 && fast.mean_abs() <= fast_bar.1);
+    assert!(
+        fast.top1() >= subset_top1_bar(fast_bar.0, fast.steps) && fast.mean_abs() <= fast_bar.1
+    );
     let model = load(Numerics::LlamaCpp);
     let f32kv = teacher_force_file(&model, reference, KvType::F32);
     eprintln!(
@@ -46,7 +75,8 @@ fn check(
         f32kv.top1(),
         f32kv.mean_abs()
     );
-    let (top1_bar, mean_bar) = F32_BAR;
+    let (top1, mean_bar) = llama_cpp_f32_bar(fast_bar);
+    let top1_bar = subset_top1_bar(top1, f32kv.steps);
     assert!(
         f32kv.top1() >= top1_bar,
         "f32 KV top-1 agreement {:.3} < {top1_bar}",
@@ -67,7 +97,8 @@ fn check(
     // is 0.26 points on these 384 steps, and any change of summation order flips a few
     // near-ties (llama.cpp's own f16 and f32 runs disagree on 5 of them). So: top-1 within half
     // a point of llama.cpp's default, and the mean within 5% of it.
-    let (top1_bar, mean_bar) = llama_default;
+    let (top1, mean_bar) = llama_default;
+    let top1_bar = subset_top1_bar(top1, f16kv.steps);
     assert!(
         f16kv.top1() >= top1_bar - 0.005,
         "f16 KV top-1 {:.4} < llama.cpp's {top1_bar} - 0.005",

@@ -156,16 +156,44 @@ pub fn teacher_force_batched(model: &Arc<Model>, p: &RefPrompt, kv_type: KvType)
     total
 }
 
-/// Teacher-forces every prompt of a reference file, printing a per-prompt table.
+/// Whether the environment selects a subset of the prompts (see [`selected_prompts`]).
+pub fn subset_selected() -> bool {
+    ["STATELM_PARITY_ONLY", "STATELM_PARITY_PROMPTS"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// The prompts the environment selects, in file order: all of them by default.
+///
+/// - `STATELM_PARITY_ONLY=name,name` keeps the named prompts (for bisecting a mismatch);
+/// - `STATELM_PARITY_PROMPTS=N` keeps the first N of those (`scripts/cross` runs one prompt per
+///   model under emulation, where the whole file would take an hour).
+///
+/// An unparsable `STATELM_PARITY_PROMPTS` or a filter that selects nothing fails the test.
+pub fn selected_prompts(prompts: Vec<RefPrompt>) -> Vec<RefPrompt> {
+    let only = std::env::var("STATELM_PARITY_ONLY").ok();
+    let count = std::env::var("STATELM_PARITY_PROMPTS").ok().map(|v| {
+        v.trim()
+            .parse::<usize>()
+            .unwrap_or_else(|_| panic!("STATELM_PARITY_PROMPTS={v:?} is not a count"))
+    });
+    let selected: Vec<RefPrompt> = prompts
+        .into_iter()
+        .filter(|p| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|n| n == p.name))
+        })
+        .take(count.unwrap_or(usize::MAX))
+        .collect();
+    assert!(!selected.is_empty(), "the parity filters select no prompt");
+    selected
+}
+
+/// Teacher-forces every selected prompt of a reference file ([`selected_prompts`]), printing a
+/// per-prompt table.
 pub fn teacher_force_file(model: &Arc<Model>, file: &str, kv_type: KvType) -> Agreement {
     let mut total = Agreement::default();
-    // STATELM_PARITY_ONLY=name,name restricts the prompts (for bisecting a mismatch).
-    let only = std::env::var("STATELM_PARITY_ONLY").ok();
-    let wanted = |name: &str| {
-        only.as_deref()
-            .is_none_or(|o| o.split(',').any(|n| n == name))
-    };
-    for p in load_reference(file).into_iter().filter(|p| wanted(&p.name)) {
+    for p in selected_prompts(load_reference(file)) {
         let a = teacher_force(model, &p, kv_type);
         eprintln!(
             "{file} [{kv_type:?}] {:<14} len {:>5}: top1 {:>3}/{:<3} mean|d| {:.4} max {:.3}",
