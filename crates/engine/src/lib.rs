@@ -58,6 +58,7 @@ mod session;
 mod snapshot;
 pub mod stop;
 mod text;
+mod tier;
 
 pub use config::{EngineConfig, MIN_TOKEN_BUDGET};
 pub use error::EngineError;
@@ -66,5 +67,6 @@ pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
 pub use request::{GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
+pub use tier::{apply_device_tier, device_memory, kv_type_of};
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_tokenizer::ChatMessage;

@@ -73,6 +73,8 @@ struct EngineJson {
     prefill_chunk: Option<usize>,
     policy: Option<PolicyJson>,
     os_memory_watch: Option<bool>,
+    pressure_hold_ms: Option<u64>,
+    tier: Option<String>,
 }
 
 /// Whether an engine watches the OS's memory signals itself unless told otherwise: on the
@@ -90,6 +92,12 @@ pub(crate) struct EngineStart {
     pub config: EngineConfig,
     /// Attach a governor monitor over the OS's own memory sources.
     pub os_memory_watch: bool,
+}
+
+/// A KV cache type by name.
+fn parse_kv(k: &str) -> Result<KvType, FfiError> {
+    KvType::parse(k)
+        .ok_or_else(|| FfiError::invalid(format!("`kv_type` must be f32, f16 or q8_0, got {k:?}")))
 }
 
 /// A fraction in (0, 1], or an error naming `what`.
@@ -120,9 +128,7 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError>
         prefill_chunk
     );
     if let Some(k) = &j.kv_type {
-        c.kv_type = KvType::parse(k).ok_or_else(|| {
-            FfiError::invalid(format!("`kv_type` must be f32, f16 or q8_0, got {k:?}"))
-        })?;
+        c.kv_type = parse_kv(k)?;
     }
     if let Some(d) = j.spill_dir {
         c.spill_dir = PathBuf::from(d);
@@ -130,6 +136,24 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError>
     c.memory_ceiling = j.memory_ceiling.or(c.memory_ceiling);
     if let Some(ms) = j.idle_after_ms {
         c.idle_after = Duration::from_millis(ms);
+    }
+    if let Some(ms) = j.pressure_hold_ms {
+        c.pressure_hold = Duration::from_millis(ms);
+    }
+    match j.tier.as_deref() {
+        None => {}
+        Some("auto") => {
+            let profile = statelm_governor::DeviceProfile::detect();
+            statelm_engine::apply_device_tier(&profile, j.token_budget, &mut c);
+            if let Some(k) = &j.kv_type {
+                c.kv_type = parse_kv(k)?;
+            }
+        }
+        Some(other) => {
+            return Err(FfiError::invalid(format!(
+                "`tier` must be \"auto\", got {other:?}"
+            )))
+        }
     }
     if let Some(p) = j.policy {
         if let Some(v) = p.trim_keep_fraction {
@@ -283,6 +307,16 @@ mod tests {
             assert_eq!(engine_config(Some(&json)).unwrap().os_memory_watch, watch);
         }
         assert!(engine_config(Some(r#"{"os_memory_watch":"yes"}"#)).is_err());
+        let c = engine_config(Some(r#"{"pressure_hold_ms":250}"#)).unwrap().config;
+        assert_eq!(c.pressure_hold, Duration::from_millis(250));
+        // The device's tier sets the budget and the KV type; explicit fields still win.
+        let c = engine_config(Some(r#"{"tier":"auto"}"#)).unwrap().config;
+        assert!([1024, 2048].contains(&c.token_budget), "{c:?}");
+        let c = engine_config(Some(r#"{"tier":"auto","token_budget":300,"kv_type":"f32"}"#))
+            .unwrap()
+            .config;
+        assert_eq!((c.token_budget, c.kv_type), (300, KvType::F32));
+        assert!(engine_config(Some(r#"{"tier":"big"}"#)).is_err());
         assert!(engine_config(Some(r#"{"max_session":3}"#)).is_err());
         assert!(engine_config(Some(r#"{"kv_type":"f8"}"#)).is_err());
         assert!(engine_config(Some(r#"{"policy":{"warning_factor":2}}"#)).is_err());

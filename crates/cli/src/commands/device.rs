@@ -8,11 +8,7 @@ use statelm_model::tier::{default_tier, DeviceMemory, Tier, TierOverrides};
 
 /// The tier-relevant memory of a profile.
 pub fn memory_of(p: &DeviceProfile) -> DeviceMemory {
-    DeviceMemory {
-        physical: p.physical_memory,
-        ceiling: p.cgroup_limit,
-        name: p.name.clone(),
-    }
+    statelm_engine::device_memory(p)
 }
 
 /// The profile from the environment (detected, or simulated by the `STATELM_DEVICE*` variables).
