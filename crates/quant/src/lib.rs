@@ -10,7 +10,9 @@
 //!   `STATELM_ISA` picks a table by name).
 //! * [`QMatrix`], [`QuantizedActs`], [`matvec()`], [`matmul()`]: the decode and
 //!   small-batch products, split across a persistent [`ThreadPool`]; matmul
-//!   runs two-row × four-vector register tiles for Q4_0/Q5_0/Q8_0.
+//!   runs two-row × four-vector register tiles for Q4_0/Q5_0/Q8_0, matvec
+//!   eight-row kernels for Q4_0/Q5_0 and (AVX2) Q4_K/Q6_K, each row
+//!   bit-identical to its single dot.
 //! * [`gemm`]: the prefill product for batches of [`GEMM_MIN_VECS`] or more:
 //!   weights dequantized once into packed panels, then an f32 GEMM with a
 //!   6 × 16 register tile (scalar and AVX2 micro-kernels agree bit for bit).
