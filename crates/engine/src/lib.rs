@@ -67,6 +67,6 @@ pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
 pub use request::{GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
-pub use tier::{apply_device_tier, device_memory, kv_type_of};
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_tokenizer::ChatMessage;
+pub use tier::{apply_device_tier, device_memory, kv_type_of};

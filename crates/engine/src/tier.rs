@@ -62,10 +62,16 @@ mod tests {
     fn eight_gb_phones_get_2048_f16_and_six_gb_ones_1024_q8_0() {
         let mut c = EngineConfig::default();
         let t = apply_device_tier(&phone(8 * GIB, 4 * GIB), None, &mut c);
-        assert_eq!((t.quant, c.token_budget, c.kv_type), (QuantTier::Q8_0, 2048, KvType::F16));
+        assert_eq!(
+            (t.quant, c.token_budget, c.kv_type),
+            (QuantTier::Q8_0, 2048, KvType::F16)
+        );
         let mut c = EngineConfig::default();
         let t = apply_device_tier(&phone(6 * GIB, 3 * GIB), None, &mut c);
-        assert_eq!((t.quant, c.token_budget, c.kv_type), (QuantTier::Q4, 1024, KvType::Q8_0));
+        assert_eq!(
+            (t.quant, c.token_budget, c.kv_type),
+            (QuantTier::Q4, 1024, KvType::Q8_0)
+        );
         let mut c = EngineConfig::default();
         apply_device_tier(&phone(6 * GIB, 3 * GIB), Some(512), &mut c);
         assert_eq!(c.token_budget, 512);

@@ -10,13 +10,19 @@ use statelm_engine::{Engine, PressureLevel, SessionId};
 use std::ffi::{c_char, c_int};
 use std::path::Path;
 
-/// Memory pressure is over: lowered token budgets are restored.
+/// Memory pressure is over: lowered token budgets are restored at once (a warning also lapses
+/// by itself after `pressure_hold_ms`).
 pub const STATELM_PRESSURE_NORMAL: c_int = 0;
 /// Memory is getting tight (iOS `didReceiveMemoryWarning`, Android `onTrimMemory` at
-/// `TRIM_MEMORY_RUNNING_LOW`): idle sessions are spilled to disk, token budgets lowered.
+/// `TRIM_MEMORY_RUNNING_LOW` or `TRIM_MEMORY_UI_HIDDEN`): every session gives back at least
+/// half of its cache now — the generating one first, with a CONTEXT_TRIMMED event — idle
+/// sessions are spilled to disk (SPILLED), token budgets lowered. A second WARNING while the
+/// first holds counts as CRITICAL.
 pub const STATELM_PRESSURE_WARNING: c_int = 1;
-/// The process is about to be killed (Android `TRIM_MEMORY_RUNNING_CRITICAL`, a second iOS
-/// warning): active sessions are also hard-trimmed, and evicted when nothing is left to trim.
+/// The process is about to be killed (Android `TRIM_MEMORY_RUNNING_CRITICAL`,
+/// `TRIM_MEMORY_COMPLETE` or `TRIM_MEMORY_BACKGROUND`, a second iOS warning): every session's
+/// cache is evicted (EVICTED; its history is kept and its next turn recomputes it), and a
+/// running generation ends with stop reason EVICTED.
 pub const STATELM_PRESSURE_CRITICAL: c_int = 2;
 
 /// Starts an engine on `model`. `config_json` may be NULL or an object with any of:
@@ -25,8 +31,11 @@ pub const STATELM_PRESSURE_CRITICAL: c_int = 2;
 /// (bytes), `idle_after_ms` (a session idle this long may be spilled), `stream_buffer`
 /// (events buffered per generation before the engine waits for its callback),
 /// `prefill_chunk`, and `policy` (`trim_keep_fraction`, `warning_factor`,
-/// `critical_factor`, `hard_trim_suffix`), and `os_memory_watch` (see below). Unknown fields
-/// are an error. `*out` receives the engine handle (NULL on failure); free it with
+/// `critical_factor`, `hard_trim_suffix`), `os_memory_watch` (see below), `pressure_hold_ms`
+/// (how long a `statelm_memory_warning` level holds before it lapses to NORMAL; default
+/// 30000), and `tier` (`"auto"`: the device's tier sets `token_budget` — 2048 on devices
+/// with 8 GB of memory or more, else 1024 — and `kv_type`, unless those fields are given
+/// too). Unknown fields are an error. `*out` receives the engine handle (NULL on failure); free it with
 /// `statelm_engine_free`.
 ///
 /// The engine computes on its own thread and keeps its own reference to the model.
@@ -87,11 +96,14 @@ pub extern "C" fn statelm_engine_free(engine: *mut StatelmEngine) -> c_int {
     })
 }
 
-/// Forwards memory pressure from the host: `level` is `STATELM_PRESSURE_NORMAL` (0),
+/// Forwards a memory warning from the host: `level` is `STATELM_PRESSURE_NORMAL` (0),
 /// `STATELM_PRESSURE_WARNING` (1) or `STATELM_PRESSURE_CRITICAL` (2). Never blocks; safe to
 /// call from any thread, including a callback or the main/UI thread. The engine acts between
-/// two steps and reports every action to the affected session: CONTEXT_TRIMMED or EVICTED on
-/// its running generation, SPILLED (then RESTORED) on the next generation of an idle one.
+/// two steps — on every session, the generating one first — and reports every action to the
+/// affected session: CONTEXT_TRIMMED or EVICTED on its running generation, SPILLED (then
+/// RESTORED) on the next generation of an idle one. Send every warning the OS gives: the level
+/// holds for `pressure_hold_ms` and then lapses (iOS never says that pressure is over), and a
+/// WARNING that arrives while one holds is taken as CRITICAL.
 #[no_mangle]
 pub extern "C" fn statelm_memory_warning(engine: *const StatelmEngine, level: c_int) -> c_int {
     guard(|| {

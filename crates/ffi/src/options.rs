@@ -307,14 +307,18 @@ mod tests {
             assert_eq!(engine_config(Some(&json)).unwrap().os_memory_watch, watch);
         }
         assert!(engine_config(Some(r#"{"os_memory_watch":"yes"}"#)).is_err());
-        let c = engine_config(Some(r#"{"pressure_hold_ms":250}"#)).unwrap().config;
+        let c = engine_config(Some(r#"{"pressure_hold_ms":250}"#))
+            .unwrap()
+            .config;
         assert_eq!(c.pressure_hold, Duration::from_millis(250));
         // The device's tier sets the budget and the KV type; explicit fields still win.
         let c = engine_config(Some(r#"{"tier":"auto"}"#)).unwrap().config;
         assert!([1024, 2048].contains(&c.token_budget), "{c:?}");
-        let c = engine_config(Some(r#"{"tier":"auto","token_budget":300,"kv_type":"f32"}"#))
-            .unwrap()
-            .config;
+        let c = engine_config(Some(
+            r#"{"tier":"auto","token_budget":300,"kv_type":"f32"}"#,
+        ))
+        .unwrap()
+        .config;
         assert_eq!((c.token_budget, c.kv_type), (300, KvType::F32));
         assert!(engine_config(Some(r#"{"tier":"big"}"#)).is_err());
         assert!(engine_config(Some(r#"{"max_session":3}"#)).is_err());

@@ -5,7 +5,8 @@
  *
  * Loads the model, streams a generation through the callback, sends memory warnings while
  * generations run and checks the governor's events (SPILLED/RESTORED for an idle session,
- * CONTEXT_TRIMMED for the active one at critical), cancels a generation, saves and reloads a
+ * CONTEXT_TRIMMED keeping at most half for the active one at a warning, EVICTED at critical,
+ * after which the session still answers), cancels a generation, saves and reloads a
  * session, checks error codes and misuse detection, and frees everything. Exits 0 and prints
  * "smoke: OK" on success; prints the failed expectation and exits 1 otherwise.
  *
@@ -63,6 +64,7 @@ typedef struct Run {
     char text[8192];
     size_t text_len;
     char done_json[1024];
+    char trim_json[1024];
     StatelmStopReason stop_reason;
     int error_code;
     int finished;
@@ -163,6 +165,8 @@ static void on_event(void *user_data, const StatelmEvent *ev) {
         printf("\n  [%s] %s\n", kind_name(ev->kind), ev->json);
         break;
     default:
+        if (ev->kind == STATELM_EVENT_KIND_CONTEXT_TRIMMED)
+            snprintf(r->trim_json, sizeof r->trim_json, "%s", ev->json);
         printf("\n  [%s] %s\n", kind_name(ev->kind), ev->json);
         break;
     }
@@ -282,15 +286,15 @@ static void step_busy_and_warning(StatelmEngine *engine, uint64_t b) {
     run_destroy(&other);
 }
 
-/* 3. Session a's next generation reports the spill and the restore; a critical warning sent
- *    from its first token's callback hard-trims it while it runs. */
-static void step_critical(StatelmEngine *engine, uint64_t a) {
-    printf("[3] session %llu after the spill, critical warning mid-generation:\n  ",
+/* 3. Session a's next generation reports the spill and the restore; a warning sent from its
+ *    first token's callback makes it give back at least half of its cache while it runs. */
+static void step_warning_active(StatelmEngine *engine, uint64_t a) {
+    printf("[3] session %llu after the spill, warning mid-generation:\n  ",
            (unsigned long long)a);
     long trims = engine_stat(engine, "trims");
     Run r;
     run_init(&r, engine, ACT_WARN_AND_GATE);
-    r.warn_level = STATELM_PRESSURE_CRITICAL;
+    r.warn_level = STATELM_PRESSURE_WARNING;
     uint64_t req = 0;
     CHECK(statelm_generate(engine, a, "{\"append\":\" Paris. The capital of Italy is\"}",
                            "{\"max_tokens\":12,\"temperature\":0," NO_EOG "}", on_event, &r,
@@ -305,10 +309,50 @@ static void step_critical(StatelmEngine *engine, uint64_t a) {
     EXPECT(spilled >= 0 && restored > spilled, "SPILLED then RESTORED (at %d, %d)", spilled,
            restored);
     EXPECT(trimmed > restored, "CONTEXT_TRIMMED for the active session (at %d)", trimmed);
+    long kept = json_int(r.trim_json, "kept"), dropped = json_int(r.trim_json, "dropped");
+    EXPECT(kept >= 0 && dropped > 0 && kept <= (kept + dropped) / 2,
+           "at most half of the cache kept: %s", r.trim_json);
     EXPECT(r.stop_reason == STATELM_STOP_REASON_MAX_TOKENS && r.tokens == 12,
            "the trimmed generation went on to max_tokens (%d tokens)", r.tokens);
     CHECK(statelm_memory_warning(engine, STATELM_PRESSURE_NORMAL));
     run_destroy(&r);
+}
+
+/* 3b. A critical warning from the first token's callback evicts the running generation's
+ *     cache (EVICTED, stop reason EVICTED, no state bytes left); the session still answers. */
+static void step_critical(StatelmEngine *engine, uint64_t a) {
+    printf("[3b] session %llu, critical warning mid-generation:\n  ", (unsigned long long)a);
+    long evictions = engine_stat(engine, "evictions");
+    Run r;
+    run_init(&r, engine, ACT_WARN_AND_GATE);
+    r.warn_level = STATELM_PRESSURE_CRITICAL;
+    uint64_t req = 0;
+    CHECK(statelm_generate(engine, a, "{\"append\":\" Rome. The capital of Spain is\"}",
+                           "{\"max_tokens\":12,\"temperature\":0," NO_EOG "}", on_event, &r,
+                           &req));
+    wait_first_token(&r);
+    wait_stat(engine, "evictions", evictions + 1);
+    open_gate(&r);
+    CHECK(statelm_wait(engine, req, 120000));
+    EXPECT(index_of(&r, STATELM_EVENT_KIND_EVICTED) >= 0, "EVICTED for the active session");
+    EXPECT(r.stop_reason == STATELM_STOP_REASON_EVICTED, "stop reason EVICTED");
+    char *info = NULL;
+    CHECK(statelm_session_info_json(engine, a, &info));
+    EXPECT(json_int(info, "state_bytes") == 0 && json_int(info, "history_tokens") > 10,
+           "no cache left, the history kept: %s", info);
+    CHECK(statelm_string_free(info));
+    CHECK(statelm_memory_warning(engine, STATELM_PRESSURE_NORMAL));
+    run_destroy(&r);
+    /* The next turn recomputes the history and answers. */
+    Run next;
+    run_init(&next, engine, ACT_NONE);
+    CHECK(statelm_generate(engine, a, "{\"append\":\" Madrid.\"}",
+                           "{\"max_tokens\":4,\"temperature\":0," NO_EOG "}", on_event, &next,
+                           &req));
+    CHECK(statelm_wait(engine, req, 120000));
+    EXPECT(next.stop_reason == STATELM_STOP_REASON_MAX_TOKENS && next.tokens == 4,
+           "the evicted session answers its next turn (%d tokens)", next.tokens);
+    run_destroy(&next);
 }
 
 /* 4. A long generation cancelled from its first token's callback ends promptly. */
@@ -445,6 +489,7 @@ int main(int argc, char **argv) {
 
     step_stream(engine, a);
     step_busy_and_warning(engine, b);
+    step_warning_active(engine, a);
     step_critical(engine, a);
     step_cancel(engine, b);
     step_save_load(engine, a, dir);
