@@ -267,6 +267,9 @@ impl Policy {
     ///   (its history is kept, so its next turn recomputes it within the budget).
     /// * Normal: the ordinary ladder ([`Policy::decide`]).
     pub fn host_event(&self, level: PressureLevel, input: &PolicyInput) -> Vec<Action> {
+        if level == PressureLevel::Normal {
+            return self.decide(input);
+        }
         let why = format!("the host reported {level} memory pressure");
         let mut actions = self.budget_action(level, input.budget_factor, &why);
         let mut resident: Vec<&SessionInfo> =
@@ -275,7 +278,6 @@ impl Policy {
         resident.sort_by_key(|s| (!s.active, s.last_used, s.id));
         for s in resident {
             let action = match level {
-                PressureLevel::Normal => return self.decide(input),
                 PressureLevel::Critical => Some(Action::Evict {
                     session: s.id,
                     reason: format!(
@@ -286,8 +288,8 @@ impl Policy {
                         format_bytes(s.bytes)
                     ),
                 }),
-                PressureLevel::Warning if s.idle => Some(spill(s, &why)),
-                PressureLevel::Warning => halve(s, &why),
+                _ if s.idle => Some(spill(s, &why)),
+                _ => halve(s, &why),
             };
             actions.extend(action);
         }
