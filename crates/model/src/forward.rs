@@ -271,10 +271,7 @@ fn ffn_block(
     let (hb, hb2) = (&mut sc.hb[..n * c.n_ff], &sc.hb2[..n * c.n_ff]);
     match c.ffn_activation {
         FfnActivation::Silu => statelm_quant::Kernels::global().silu_mul_f32(hb, hb2),
-        FfnActivation::GeluTanh => hb
-            .iter_mut()
-            .zip(hb2)
-            .for_each(|(g, u)| *g = ops::gelu_tanh_f16(*g) * u),
+        FfnActivation::GeluTanh => statelm_quant::Kernels::global().gelu_mul_f32(hb, hb2),
     }
     record(trace, Some(il), "ffn_geglu", n, &sc.hb[..n * c.n_ff]);
     // down: [n, E]

@@ -6,7 +6,6 @@
 //! extra `ubatch` cells keep the keys that earlier queries of the same batch still need.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use statelm_gguf::GgmlType;
 use statelm_quant::Kernels;
 
@@ -162,7 +161,7 @@ impl Rows {
         let range = cell * u..(cell + 1) * u;
         match &mut self.data {
             Data::F32(v) => v[range].copy_from_slice(src),
-            Data::F16(v) => v[range].convert_from_f32_slice(src),
+            Data::F16(v) => Kernels::global().f32_to_f16(src, &mut v[range]),
             Data::Q8_0(v) => {
                 statelm_quant::quantize_row(GgmlType::Q8_0, src, &mut v[range])
                     .expect("row_len is a multiple of 32");

@@ -11,8 +11,8 @@
 
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
-    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, KTileFn, PanelFn, QuantFn,
-    Rows8Fn, SoftmaxFn, TileFn, VecDotFn, WidenFn,
+    scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, KTileFn, NarrowFn, NormFn,
+    PanelFn, QuantFn, Rows8Fn, SoftmaxFn, TileFn, VecDotFn, WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -98,6 +98,9 @@ pub struct Kernels {
     f16_to_f32: WidenFn,
     softmax_f32: SoftmaxFn,
     silu_mul_f32: GatedFn,
+    gelu_mul_f32: GatedFn,
+    f32_to_f16: NarrowFn,
+    rms_norm: NormFn,
     panel_f32: PanelFn,
     interleave_panel: InterleaveFn,
     i8_tile: I8TileFn,
@@ -145,6 +148,9 @@ impl Kernels {
             f16_to_f32: scalar::f16_to_f32,
             softmax_f32: scalar::softmax_f32,
             silu_mul_f32: scalar::silu_mul_f32,
+            gelu_mul_f32: scalar::gelu_mul_f32,
+            f32_to_f16: scalar::f32_to_f16,
+            rms_norm: scalar::rms_norm,
             panel_f32: scalar::panel_f32,
             interleave_panel: scalar::interleave_panel,
             i8_tile: scalar::tile_i8,
@@ -252,18 +258,24 @@ impl Kernels {
             q4_0: Some(n::rows8_q4_0_q8_0),
             q5_0: Some(n::rows8_q5_0_q8_0),
             q8_0: Some(n::rows8_q8_0_q8_0),
-            ..Rows8Table::default()
+            q4_k: Some(n::rows8_q4_k_q8_k),
+            q6_k: Some(n::rows8_q6_k_q8_k),
         };
         k.vec_dot_f32 = n::dot_f32;
         k.axpy_f32 = n::axpy_f32;
         k.f16_to_f32 = n::f16_to_f32;
         k.softmax_f32 = n::softmax_f32;
         k.silu_mul_f32 = n::silu_mul_f32;
+        k.gelu_mul_f32 = n::gelu_mul_f32;
+        k.f32_to_f16 = n::f32_to_f16;
+        k.rms_norm = n::rms_norm;
         k.panel_f32 = n::panel_f32;
         k.interleave_panel = n::interleave_panel;
         k.i8_tile = n::tile_i8_neon;
         k.i8_fast_offset = 16;
         k.k_tile = (n::tile_i8_k_neon, true);
+        k.quant.q8_0 = n::quantize_q8_0;
+        k.quant.q8_k = n::quantize_q8_k;
         k
     }
 
@@ -298,7 +310,8 @@ impl Kernels {
             q4_0: Some(n::rows8_q4_0_q8_0_dotprod),
             q5_0: Some(n::rows8_q5_0_q8_0_dotprod),
             q8_0: Some(n::rows8_q8_0_q8_0_dotprod),
-            ..Rows8Table::default()
+            q4_k: Some(n::rows8_q4_k_q8_k_dotprod),
+            q6_k: Some(n::rows8_q6_k_q8_k_dotprod),
         };
         k.i8_tile = n::tile_i8_dotprod;
         k.k_tile = (n::tile_i8_k_dotprod, true);
@@ -595,6 +608,33 @@ impl Kernels {
     pub fn silu_mul_f32(&self, g: &mut [f32], u: &[f32]) {
         // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
         unsafe { (self.silu_mul_f32)(g, u) }
+    }
+
+    /// `g = gelu(g) · u` over the common length, as ggml's CPU backend computes GeGLU (the
+    /// input rounded to f16, a table of f16 results; see
+    /// [`crate::kernels::scalar::gelu_tanh_f16`]).
+    pub fn gelu_mul_f32(&self, g: &mut [f32], u: &[f32]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.gelu_mul_f32)(g, u) }
+    }
+
+    /// Narrows f32 to IEEE halves over the common length (to nearest, ties to even).
+    pub fn f32_to_f16(&self, src: &[f32], dst: &mut [half::f16]) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.f32_to_f16)(src, dst) }
+    }
+
+    /// `out = x / sqrt(mean(x²) + eps) · w` over the common length, the sum of squares as
+    /// ggml's (see [`crate::kernels::scalar::rms_scale`]).
+    pub fn rms_norm(&self, out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.rms_norm)(out, Some(x), w, eps) }
+    }
+
+    /// In-place [`Kernels::rms_norm`].
+    pub fn rms_norm_in_place(&self, x: &mut [f32], w: &[f32], eps: f32) {
+        // SAFETY: table invariant (the kernel runs on this CPU); it bounds-checks its slices.
+        unsafe { (self.rms_norm)(x, None, w, eps) }
     }
 
     /// Whether batches of at least [`crate::GEMM_MIN_VECS`] vectors should take

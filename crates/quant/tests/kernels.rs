@@ -195,6 +195,47 @@ proptest! {
     }
 
     #[test]
+    fn elementwise_ops_match_scalar(n in 0usize..300, seed in any::<u64>(), scale in 0.01f32..40.0) {
+        let scalar = Kernels::scalar();
+        let mut rng = Rng(seed);
+        // GeGLU inputs on both sides of the ±10 cut-offs and around f16 rounding ties.
+        let mut g: Vec<f32> = rng.vec(n).iter().map(|v| v * scale).collect();
+        if n > 3 {
+            g[0] = -10.0;
+            g[1] = 10.0;
+            g[2] = 2049.0 / 1024.0 + 1.0 / 4096.0;
+        }
+        let u = rng.vec(n);
+        let w: Vec<f32> = rng.vec(n).iter().map(|v| 1.0 + v).collect();
+        // Narrowing inputs: overflow, f16 subnormals and exact ties included.
+        let wide: Vec<f32> = (0..n)
+            .map(|i| match i % 5 {
+                0 => g[i] * 3000.0,
+                1 => g[i] * 1e-6,
+                2 => half::f16::from_bits(rng.next_u64() as u16 & 0x7bff).to_f32() + f32::EPSILON * g[i],
+                _ => g[i],
+            })
+            .collect();
+        for k in Kernels::available() {
+            let (mut gs, mut gv) = (g.clone(), g.clone());
+            scalar.gelu_mul_f32(&mut gs, &u);
+            k.gelu_mul_f32(&mut gv, &u);
+            prop_assert_eq!(bits(&gs), bits(&gv), "gelu_mul {}", k.isa());
+            let (mut hs, mut hv) = (vec![half::f16::ZERO; n], vec![half::f16::ZERO; n]);
+            scalar.f32_to_f16(&wide, &mut hs);
+            k.f32_to_f16(&wide, &mut hv);
+            prop_assert_eq!(&hs, &hv, "f32_to_f16 {}", k.isa());
+            let (mut ns, mut nv) = (vec![0f32; n], vec![0f32; n]);
+            scalar.rms_norm(&mut ns, &g, &w, 1e-6);
+            k.rms_norm(&mut nv, &g, &w, 1e-6);
+            prop_assert_eq!(bits(&ns), bits(&nv), "rms_norm {}", k.isa());
+            let mut iv = g.clone();
+            k.rms_norm_in_place(&mut iv, &w, 1e-6);
+            prop_assert_eq!(bits(&ns), bits(&iv), "rms_norm_in_place {}", k.isa());
+        }
+    }
+
+    #[test]
     fn exp_is_accurate(x in -87f32..88.0) {
         // Normal results only (below −87 the result is subnormal and loses relative precision).
         let e = statelm_quant::kernels::scalar::exp_f32(x);
@@ -225,7 +266,9 @@ proptest! {
                 k.quantize_acts(at, &x, &mut b).unwrap();
                 b
             };
-            prop_assert_eq!(bytes(Kernels::scalar()), bytes(Kernels::detected()), "{}", at);
+            for k in Kernels::available() {
+                prop_assert_eq!(bytes(Kernels::scalar()), bytes(k), "{} {}", at, k.isa());
+            }
         }
     }
 }

@@ -96,6 +96,13 @@ pub type GatedFn = unsafe fn(g: &mut [f32], u: &[f32]);
 /// `x = softmax(x)` in place (attention probabilities).
 pub type SoftmaxFn = unsafe fn(x: &mut [f32]);
 
+/// Narrows f32 to IEEE halves over the common length, to nearest, ties to even (the f16 KV
+/// cache's writes).
+pub type NarrowFn = unsafe fn(src: &[f32], dst: &mut [half::f16]);
+
+/// `x = src / sqrt(mean(src²) + eps) · w` with `src = x` when `None` (the RMS norm).
+pub type NormFn = unsafe fn(x: &mut [f32], src: Option<&[f32]>, w: &[f32], eps: f32);
+
 /// Widens IEEE halves to f32 over the common length (exact; the f16 KV cache).
 pub type WidenFn = unsafe fn(src: &[half::f16], dst: &mut [f32]);
 

@@ -47,7 +47,7 @@ fn affine_isum<const SDOT: bool>(y: &[u8], sc: &[u8; 8], codes: &[Codes; 4]) -> 
 /// The four 64-element chunks of Q4_K codes at `qs` (128 bytes of nibbles).
 #[inline]
 #[target_feature(enable = "neon")]
-fn q4_k_codes(x: &[u8; 144]) -> [Codes; 4] {
+pub(super) fn q4_k_codes(x: &[u8; 144]) -> [Codes; 4] {
     let m4 = vdupq_n_u8(0x0f);
     std::array::from_fn(|c| {
         let q = [load_u8(at(x, 16 + 32 * c)), load_u8(at(x, 32 + 32 * c))];
@@ -145,7 +145,7 @@ fn q5_k_acts<const V: usize, const SDOT: bool>(w: &[u8], a: [&[u8]; V]) -> [f32;
 /// The eight 32-element code vectors of a Q6_K super-block (unsigned 0..=63), element order.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q6_k_codes(x: &[u8; 210]) -> [[int8x16_t; 2]; 8] {
+pub(super) fn q6_k_codes(x: &[u8; 210]) -> [[int8x16_t; 2]; 8] {
     let m4 = vdupq_n_u8(0x0f);
     let top = |v: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(v, vdupq_n_u8(3)));
     let mut q = [[vdupq_n_s8(0); 2]; 8];
@@ -173,7 +173,7 @@ fn q6_k_codes(x: &[u8; 210]) -> [[int8x16_t; 2]; 8] {
 /// group's scale for its half, minus the code offset `32 Σ sc·bsum` of sub-blocks `2k, 2k+1`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q6_k_lanes<const SDOT: bool>(
+pub(super) fn q6_k_lanes<const SDOT: bool>(
     y: &[u8],
     q: &[[int8x16_t; 2]; 8],
     sc: &[i8; 16],

@@ -33,13 +33,17 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
+mod elementwise;
 mod gemm;
 mod igemm;
 mod igemm_k;
 mod kquants;
 mod legacy;
+mod quantize;
+mod rows_k;
 mod vector;
 
+pub use elementwise::{f32_to_f16, gelu_mul_f32, rms_norm};
 pub use gemm::{interleave_panel, panel_f32};
 pub use igemm::{tile_i8_dotprod, tile_i8_i8mm, tile_i8_neon};
 pub use igemm_k::{tile_i8_k_dotprod, tile_i8_k_neon};
@@ -56,6 +60,10 @@ pub use legacy::{
     rows8_q4_0_q8_0_dotprod, rows8_q5_0_q8_0, rows8_q5_0_q8_0_dotprod, rows8_q8_0_q8_0,
     rows8_q8_0_q8_0_dotprod, tile_q4_0_q8_0, tile_q4_0_q8_0_dotprod, tile_q5_0_q8_0,
     tile_q5_0_q8_0_dotprod, tile_q8_0_q8_0, tile_q8_0_q8_0_dotprod,
+};
+pub use quantize::{quantize_q8_0, quantize_q8_k};
+pub use rows_k::{
+    rows8_q4_k_q8_k, rows8_q4_k_q8_k_dotprod, rows8_q6_k_q8_k, rows8_q6_k_q8_k_dotprod,
 };
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 

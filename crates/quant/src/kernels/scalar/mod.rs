@@ -3,6 +3,7 @@
 //! These are safe functions; they coerce to [`super::DotFn`]. They read blocks
 //! with the format structs, so a short slice just yields fewer blocks.
 
+mod elementwise;
 mod float;
 mod gemm;
 mod igemm;
@@ -11,6 +12,9 @@ mod kquants;
 mod legacy;
 mod vector;
 
+pub use elementwise::{f32_to_f16, gelu_mul_f32, gelu_tanh, gelu_tanh_f16, rms_norm, rms_scale};
+#[cfg_attr(not(target_arch = "aarch64"), allow(unused_imports))] // the NEON kernels' helpers
+pub(crate) use elementwise::{gelu_f16_table, rms_inv};
 pub use float::{dot_bf16_f32, dot_f16_f32, dot_f32_f32};
 pub use gemm::{interleave_panel, panel_f32};
 pub use igemm::tile_i8;

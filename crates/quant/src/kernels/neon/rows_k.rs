@@ -1,0 +1,173 @@
+//! Eight-row K-quant matvec kernels (decode on a phone): eight weight rows against one Q8_K
+//! vector, each row's result bit-identical to its single dot ([`super::dot_q4_k_q8_k`],
+//! [`super::dot_q6_k_q8_k`]) and so to the scalar reference and the x86 kernels.
+//!
+//! Per super-block the activation block is loaded once for all eight rows (Q4_K: its 256
+//! codes stay in sixteen registers and its bsums are paired once), each row's exact integer
+//! sums stay in vector lanes until pairwise adds put row `r`'s sum in lane `r % 4` of register
+//! `r / 4`, and the f32 steps run on four rows per instruction: one FMA of the sums and one of
+//! the min sums per super-block, the very operations of the single dot. Q6_K keeps its single
+//! dot's eight f32 lanes per row (its order), sharing only the activation block.
+//!
+//! The weights stay in the file's block layout; nothing is repacked.
+
+use super::kquants::{q4_k_codes, q6_k_codes, q6_k_lanes};
+use super::{h2f, hsum8, idot16, load_f32, load_s8, prefetch_ahead, store_f32};
+use crate::formats::q4_k::unpack_scales;
+use crate::kernels::{at, q8k_bsums, q8k_d};
+use std::arch::aarch64::*;
+
+/// Bytes of a Q8_K activation block.
+const Y: usize = 292;
+
+/// Prefetches super-block `i` (of `bytes` bytes) of every row, the distance ahead the single
+/// dots prefetch.
+#[inline]
+#[target_feature(enable = "neon")]
+fn prefetch_rows(w: &[&[u8]; 8], i: usize, bytes: usize) {
+    for row in w {
+        for off in (0..bytes).step_by(64) {
+            prefetch_ahead(row, i * bytes + off);
+        }
+    }
+}
+
+/// The number of whole super-blocks every row and the activations hold.
+fn common_blocks(w: &[&[u8]; 8], a: &[u8], bytes: usize) -> usize {
+    w.iter().fold(a.len() / Y, |m, r| m.min(r.len() / bytes))
+}
+
+/// The 256 activation codes of a Q8_K block as sixteen registers.
+#[inline]
+#[target_feature(enable = "neon")]
+fn act_codes(y: &[u8]) -> [int8x16_t; 16] {
+    std::array::from_fn(|k| load_s8(at(y, 4 + 16 * k)))
+}
+
+/// `bsum_{2j} + bsum_{2j+1}` for `j = 0..8`: the activation sums the eight mins multiply
+/// (each pair of 16-code sums fits an i16: |Σ| ≤ 32·128).
+#[inline]
+#[target_feature(enable = "neon")]
+fn paired_bsums(y: &[u8]) -> int16x8_t {
+    let b = q8k_bsums(y);
+    // SAFETY: `b` is 16 readable i16; `ld1` needs no alignment.
+    let (lo, hi) = unsafe { (vld1q_s16(b.as_ptr()), vld1q_s16(b[8..].as_ptr())) };
+    vpaddq_s16(lo, hi)
+}
+
+/// One Q4_K super-block `x` against preloaded activation codes `ys`: `Σ_j sc_j Σ q y` as four
+/// i32 lanes to be summed, and the exact min sum `Σ_j m_j (bsum_2j + bsum_2j+1)`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4_k_row<const SDOT: bool>(
+    x: &[u8; 144],
+    ys: &[int8x16_t; 16],
+    bpair: int16x8_t,
+) -> (int32x4_t, int32x4_t) {
+    let (sc, mn) = unpack_scales(at(x, 4));
+    let codes = q4_k_codes(x);
+    let mut isum = vdupq_n_s32(0);
+    for (c, [lo, hi]) in codes.iter().enumerate() {
+        let z = vdupq_n_s32(0);
+        let l = idot16::<SDOT>(idot16::<SDOT>(z, lo[0], ys[4 * c]), lo[1], ys[4 * c + 1]);
+        let h = idot16::<SDOT>(
+            idot16::<SDOT>(z, hi[0], ys[4 * c + 2]),
+            hi[1],
+            ys[4 * c + 3],
+        );
+        isum = vmlaq_n_s32(isum, l, i32::from(sc[2 * c]));
+        isum = vmlaq_n_s32(isum, h, i32::from(sc[2 * c + 1]));
+    }
+    // SAFETY: `mn` is 8 readable bytes.
+    let m = vreinterpretq_s16_u16(vmovl_u8(unsafe { vld1_u8(mn.as_ptr()) }));
+    let msum = vaddq_s32(
+        vmull_s16(vget_low_s16(m), vget_low_s16(bpair)),
+        vmull_high_s16(m, bpair),
+    );
+    (isum, msum)
+}
+
+/// Four rows' lane vectors reduced to one register, row `k` in lane `k` (exact integer adds).
+#[inline]
+#[target_feature(enable = "neon")]
+fn gather4(v: &[int32x4_t]) -> int32x4_t {
+    vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]))
+}
+
+/// Q4_K · Q8_K for eight rows (see the module docs).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4_k_rows<const SDOT: bool>(w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
+    let nb = common_blocks(&w, a, 144);
+    let (mut acc, mut acc_min) = ([vdupq_n_f32(0.0); 2], [vdupq_n_f32(0.0); 2]);
+    for i in 0..nb {
+        prefetch_rows(&w, i, 144);
+        let y = &a[Y * i..Y * (i + 1)];
+        let (ys, bpair, yd) = (act_codes(y), paired_bsums(y), q8k_d(y));
+        let sums: [_; 8] = std::array::from_fn(|r| q4_k_row::<SDOT>(at(w[r], 144 * i), &ys, bpair));
+        let xd: [[f32; 2]; 8] =
+            std::array::from_fn(|r| [h2f(at(w[r], 144 * i)), h2f(at(w[r], 144 * i + 2))]);
+        for h in 0..2 {
+            let isum = gather4(&std::array::from_fn::<_, 4, _>(|k| sums[4 * h + k].0));
+            let msum = gather4(&std::array::from_fn::<_, 4, _>(|k| sums[4 * h + k].1));
+            let d = vmulq_n_f32(load_f32(&std::array::from_fn(|k| xd[4 * h + k][0])), yd);
+            let dmin = vmulq_n_f32(load_f32(&std::array::from_fn(|k| xd[4 * h + k][1])), yd);
+            acc[h] = vfmaq_f32(acc[h], vcvtq_f32_s32(isum), d);
+            acc_min[h] = vfmaq_f32(acc_min[h], vcvtq_f32_s32(msum), dmin);
+        }
+    }
+    let mut out = [0f32; 8];
+    for (h, o) in out.as_chunks_mut::<4>().0.iter_mut().enumerate() {
+        store_f32(o, vsubq_f32(acc[h], acc_min[h]));
+    }
+    out
+}
+
+/// Q6_K · Q8_K for eight rows: per row its single dot's eight f32 lanes and final [`hsum8`].
+#[inline]
+#[target_feature(enable = "neon")]
+fn q6_k_rows<const SDOT: bool>(w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
+    let nb = common_blocks(&w, a, 210);
+    let mut acc = [[vdupq_n_f32(0.0); 2]; 8];
+    for i in 0..nb {
+        prefetch_rows(&w, i, 210);
+        let y = &a[Y * i..Y * (i + 1)];
+        let yd = q8k_d(y);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let x: &[u8; 210] = at(w[r], 210 * i);
+            let sc: [i8; 16] = at::<16>(x, 192).map(|b| b as i8);
+            let d = yd * h2f(at(x, 208));
+            let lanes = q6_k_lanes::<SDOT>(y, &q6_k_codes(x), &sc);
+            for (l, s) in acc.iter_mut().zip(lanes) {
+                *l = vfmaq_n_f32(*l, vcvtq_f32_s32(s), d);
+            }
+        }
+    }
+    acc.map(|[lo, hi]| hsum8(lo, hi))
+}
+
+/// Defines a plain NEON and a `dotprod` eight-row entry point over a generic kernel.
+macro_rules! rows8_pair {
+    ($name:literal, $kernel:ident, $plain:ident, $dotprod:ident) => {
+        #[doc = concat!($name, " weights: eight rows · one Q8_K vector (neon; bit-identical to eight dots).")]
+        ///
+        /// # Safety
+        /// None beyond NEON (every aarch64 CPU); slice lengths as checked by the caller.
+        #[target_feature(enable = "neon")]
+        pub unsafe fn $plain(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
+            $kernel::<false>(w, a)
+        }
+
+        #[doc = concat!($name, " weights: eight rows · one Q8_K vector (neon,dotprod; bit-identical to eight dots).")]
+        ///
+        /// # Safety
+        /// The CPU must have neon and dotprod; slice lengths as checked by the caller.
+        #[target_feature(enable = "neon,dotprod")]
+        pub unsafe fn $dotprod(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
+            $kernel::<true>(w, a)
+        }
+    };
+}
+
+rows8_pair!("Q4_K", q4_k_rows, rows8_q4_k_q8_k, rows8_q4_k_q8_k_dotprod);
+rows8_pair!("Q6_K", q6_k_rows, rows8_q6_k_q8_k, rows8_q6_k_q8_k_dotprod);
