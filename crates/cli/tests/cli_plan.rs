@@ -42,12 +42,41 @@ fn plan_table_has_a_row_per_device() {
         );
         assert!(q4 > q8 && q8 > 0, "{row}");
     }
-    let iphone = rows.iter().find(|r| r["id"] == "iphone-15-pro").unwrap();
-    assert_eq!(iphone["guide"]["params_4bit"].as_f64(), Some(3.5e9));
+    // The tier follows physical RAM: 8 GB → q8_0/2048, 6 GB → q4/1024.
+    let tier = |id: &str| {
+        let r = rows.iter().find(|r| r["id"] == id).unwrap();
+        (
+            r["tier"]["quant"].clone(),
+            r["tier"]["token_budget"].clone(),
+        )
+    };
+    assert_eq!(tier("iphone-15-pro"), ("q8_0".into(), 2048.into()));
+    assert!(
+        rows.iter().all(|r| r.get("guide").is_none()),
+        "guide rows are not matched by RAM"
+    );
+    // The guide's rows stand apart, labelled by chip, with their tier.
+    let guide = v["guide"].as_array().unwrap();
+    let chips = |c: &str| guide.iter().find(|g| g["chips"] == c).unwrap();
+    assert_eq!(
+        chips("A17 Pro/A18 Pro")["params_4bit"].as_f64(),
+        Some(3.5e9)
+    );
+    assert_eq!(chips("A17 Pro/A18 Pro")["tier"]["quant"], "q8_0");
+    assert_eq!(chips("A15/A16")["tier"]["quant"], "q4");
+    assert_eq!(chips("A15/A16")["tier"]["token_budget"], 1024);
+    assert!(
+        chips("A15/A16")["planned_4bit_ram_minus_2gb"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
     assert!(!v["assumptions"].as_array().unwrap().is_empty());
     let (ok, text, _) = statelm(&["plan", "--table"], &[]);
     assert!(
-        ok && text.contains("iphone-15-pro") && text.contains("Assumptions"),
+        ok && text.contains("iphone-15-pro")
+            && text.contains("A17 Pro/A18 Pro")
+            && text.contains("Assumptions"),
         "{text}"
     );
 }

@@ -57,8 +57,8 @@ impl Default for EngineConfig {
     }
 }
 
-/// How long a host memory warning holds by default (30 s).
-pub const DEFAULT_PRESSURE_HOLD: Duration = Duration::from_secs(30);
+/// How long a host memory warning holds by default (30 s; the governor's constant).
+pub use statelm_governor::DEFAULT_PRESSURE_HOLD;
 
 /// The smallest token budget the engine accepts.
 pub const MIN_TOKEN_BUDGET: usize = 8;

@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use statelm_governor::{
     GovernorError, MemorySource, Monitor, MonitorConfig, MonitorEvent, PressureLevel,
+    SignalForwarder,
 };
 use statelm_model::Model;
 use std::collections::HashMap;
@@ -293,6 +294,19 @@ impl EngineHandle {
         WeakEngineHandle {
             inner: Arc::downgrade(&self.inner),
         }
+    }
+
+    /// Forwards SIGUSR1 (Warning) and SIGUSR2 (Critical) to [`EngineHandle::memory_warning`]
+    /// until the forwarder is dropped, so a process under test or a supervisor can send the
+    /// host levels the C ABI receives, with the same hold, lapse and escalation. The forwarder
+    /// holds no strong reference to the engine.
+    pub fn forward_signals(&self) -> Result<SignalForwarder, GovernorError> {
+        let weak = self.downgrade();
+        statelm_governor::forward_signals(move |level| {
+            if let Some(engine) = weak.upgrade() {
+                engine.memory_warning(level);
+            }
+        })
     }
 
     /// Runs a governor [`Monitor`] over `sources` that reports every level change to this

@@ -60,7 +60,7 @@ pub mod stop;
 mod text;
 mod tier;
 
-pub use config::{EngineConfig, MIN_TOKEN_BUDGET};
+pub use config::{EngineConfig, DEFAULT_PRESSURE_HOLD, MIN_TOKEN_BUDGET};
 pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};
 pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
@@ -69,4 +69,4 @@ pub use request::{GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_tokenizer::ChatMessage;
-pub use tier::{apply_device_tier, device_memory, kv_type_of};
+pub use tier::{apply_device_tier, device_memory, device_tier, kv_type_of};

@@ -26,6 +26,11 @@ pub fn kv_type_of(t: &Tier) -> KvType {
     }
 }
 
+/// The default tier of `profile` (no overrides): what [`apply_device_tier`] applies.
+pub fn device_tier(profile: &DeviceProfile) -> Tier {
+    default_tier(&device_memory(profile), &TierOverrides::default())
+}
+
 /// Applies the default tier of `profile` to `config`: its token budget (unless `budget` is
 /// given) with a State capacity to match, and its KV cache type. Returns the tier.
 pub fn apply_device_tier(

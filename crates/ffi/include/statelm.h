@@ -401,6 +401,21 @@ int statelm_string_free(char *s);
 int statelm_device_profile_json(char **out);
 
 /**
+ * The tier statelm applies on this device — what `"tier": "auto"` in
+ * `statelm_engine_start`'s config takes — as JSON: `quant` (`"q8_0"` on devices sold with
+ * 8 GB or more, else `"q4"`: which weights file to fetch and load), `token_budget` (2048 or
+ * 1024), `kv_type` (`"f16"` or `"q8_0"`), `physical_memory`, `ceiling` (the per-process
+ * limit, or null) and `reason` (one line). The device is read as
+ * `statelm_device_profile_json` reads it. `*out` receives a string to free with
+ * `statelm_string_free` (NULL on failure).
+ *
+ * # Safety
+ * `out` must be NULL (the call then fails with `STATELM_ERR_NULL_POINTER`) or valid for
+ * writing one pointer.
+ */
+int statelm_tier_json(char **out);
+
+/**
  * Loads a GGUF model from `path`. `options_json` may be NULL or
  * `{"threads": N, "ubatch": N}` (`threads` 0 or absent: one per available core).
  * `*out` receives the model handle (NULL on failure); free it with `statelm_model_free`.

@@ -70,6 +70,43 @@ pub unsafe extern "C" fn statelm_device_profile_json(out: *mut *mut c_char) -> c
     })
 }
 
+/// The tier statelm applies on this device — what `"tier": "auto"` in
+/// `statelm_engine_start`'s config takes — as JSON: `quant` (`"q8_0"` on devices sold with
+/// 8 GB or more, else `"q4"`: which weights file to fetch and load), `token_budget` (2048 or
+/// 1024), `kv_type` (`"f16"` or `"q8_0"`), `physical_memory`, `ceiling` (the per-process
+/// limit, or null) and `reason` (one line). The device is read as
+/// `statelm_device_profile_json` reads it. `*out` receives a string to free with
+/// `statelm_string_free` (NULL on failure).
+///
+/// # Safety
+/// `out` must be NULL (the call then fails with `STATELM_ERR_NULL_POINTER`) or valid for
+/// writing one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn statelm_tier_json(out: *mut *mut c_char) -> c_int {
+    guard(|| {
+        // SAFETY: by this function's contract `out` is NULL or valid for writes.
+        unsafe { reset_out(out, std::ptr::null_mut(), "out") }?;
+        let profile = DeviceProfile::from_env().map_err(|e| FfiError::invalid(e.to_string()))?;
+        let json = tier_value(&profile).to_string();
+        // SAFETY: `out` was checked by `reset_out`.
+        unsafe { write_out(out, export_string(json)) };
+        Ok(())
+    })
+}
+
+/// The JSON of [`statelm_tier_json`] for `profile`.
+fn tier_value(profile: &DeviceProfile) -> serde_json::Value {
+    let tier = statelm_engine::device_tier(profile);
+    serde_json::json!({
+        "quant": tier.quant.name(),
+        "token_budget": tier.token_budget,
+        "kv_type": statelm_engine::kv_type_of(&tier).name(),
+        "physical_memory": profile.physical_memory,
+        "ceiling": profile.cgroup_limit,
+        "reason": tier.reason,
+    })
+}
+
 /// Loads a GGUF model from `path`. `options_json` may be NULL or
 /// `{"threads": N, "ubatch": N}` (`threads` 0 or absent: one per available core).
 /// `*out` receives the model handle (NULL on failure); free it with `statelm_model_free`.
@@ -110,4 +147,31 @@ pub unsafe extern "C" fn statelm_model_load(
 #[no_mangle]
 pub extern "C" fn statelm_model_free(model: *mut StatelmModel) -> c_int {
     guard(|| handles::take_model(model).map(drop))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile of a phone with `ram` GiB and half of it as the per-app ceiling.
+    fn phone(ram: u64) -> DeviceProfile {
+        let mut p = DeviceProfile::detect();
+        p.physical_memory = ram << 30;
+        p.cgroup_limit = Some(ram << 29);
+        p
+    }
+
+    #[test]
+    fn tier_json_follows_the_physical_memory() {
+        let big = tier_value(&phone(8));
+        assert_eq!(big["quant"], "q8_0");
+        assert_eq!(big["token_budget"], 2048);
+        assert_eq!(big["kv_type"], "f16");
+        assert_eq!(big["ceiling"], 4u64 << 30);
+        let small = tier_value(&phone(6));
+        assert_eq!(small["quant"], "q4");
+        assert_eq!(small["token_budget"], 1024);
+        assert_eq!(small["kv_type"], "q8_0");
+        assert!(small["reason"].as_str().unwrap().contains("1024"));
+    }
 }

@@ -32,7 +32,8 @@ mod status;
 
 pub use api::{
     statelm_device_profile_json, statelm_last_error_message, statelm_model_free,
-    statelm_model_load, statelm_status_name, statelm_string_free, statelm_version,
+    statelm_model_load, statelm_status_name, statelm_string_free, statelm_tier_json,
+    statelm_version,
 };
 pub use api_engine::{
     statelm_engine_free, statelm_engine_start, statelm_engine_stats_json, statelm_memory_warning,

@@ -1,14 +1,18 @@
 //! Host-injected pressure: the app forwards the platform's warnings (iOS
 //! `didReceiveMemoryWarning`, Android `onTrimMemory`) through a [`HostSignal`];
-//! [`install_sigusr1`] maps SIGUSR1 → Warning and SIGUSR2 → Critical.
+//! [`install_sigusr1`] maps SIGUSR1 → Warning and SIGUSR2 → Critical on a [`HostSignal`];
+//! [`forward_signals`] hands the same levels to any callback (the engine's `memory_warning`,
+//! so the CLI and the server follow the rule of the C ABI: hold, lapse, escalate).
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::{GovernorError, MemoryReading, MemorySource, PressureLevel};
 
-/// How long a raised host level holds before decaying to Normal.
-const DEFAULT_HOST_HOLD: Duration = Duration::from_secs(10);
+/// How long a raised host level holds before it lapses to Normal unless raised again (iOS
+/// never says that pressure is over): the default of every holder — [`HostSource`] and the
+/// engine's `pressure_hold`.
+pub const DEFAULT_PRESSURE_HOLD: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Default)]
 struct HostState {
@@ -55,7 +59,7 @@ impl HostSignal {
 }
 
 /// The [`MemorySource`] side of a [`HostSignal`]: its level is the last raised
-/// level for 10 s (configurable), then Normal; `wait` wakes on each raise.
+/// level for [`DEFAULT_PRESSURE_HOLD`] (configurable), then Normal; `wait` wakes on each raise.
 #[derive(Debug)]
 pub struct HostSource {
     signal: HostSignal,
@@ -70,11 +74,11 @@ impl HostSource {
         HostSource {
             signal,
             seen,
-            hold: DEFAULT_HOST_HOLD,
+            hold: DEFAULT_PRESSURE_HOLD,
         }
     }
 
-    /// Holds a raised level for `hold` instead of 10 s.
+    /// Holds a raised level for `hold` instead of [`DEFAULT_PRESSURE_HOLD`].
     pub fn with_hold(mut self, hold: Duration) -> HostSource {
         self.hold = hold;
         self
@@ -132,8 +136,16 @@ pub struct SignalForwarder {
 
 /// Installs handlers so that SIGUSR1 raises Warning and SIGUSR2 raises Critical
 /// on `signal` (e.g. `kill -USR2 <pid>` to test an app's critical path).
-#[cfg(unix)]
 pub fn install_sigusr1(signal: HostSignal) -> Result<SignalForwarder, GovernorError> {
+    forward_signals(move |level| signal.raise(level))
+}
+
+/// Installs handlers so that SIGUSR1 calls `on_level(Warning)` and SIGUSR2
+/// `on_level(Critical)`, on a thread of its own, until the forwarder is dropped.
+#[cfg(unix)]
+pub fn forward_signals(
+    on_level: impl Fn(PressureLevel) + Send + 'static,
+) -> Result<SignalForwarder, GovernorError> {
     use signal_hook::consts::{SIGUSR1, SIGUSR2};
     let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGUSR2])
         .map_err(|e| GovernorError::event("install SIGUSR1/SIGUSR2 handlers", e))?;
@@ -148,7 +160,7 @@ pub fn install_sigusr1(signal: HostSignal) -> Result<SignalForwarder, GovernorEr
                     PressureLevel::Warning
                 };
                 tracing::info!(signal = sig, %level, "host memory signal");
-                signal.raise(level);
+                on_level(level);
             }
         })
         .map_err(|e| GovernorError::event("spawn signal thread", e))?;
@@ -160,7 +172,9 @@ pub fn install_sigusr1(signal: HostSignal) -> Result<SignalForwarder, GovernorEr
 
 /// Signals are not available on this platform.
 #[cfg(not(unix))]
-pub fn install_sigusr1(_signal: HostSignal) -> Result<SignalForwarder, GovernorError> {
+pub fn forward_signals(
+    _on_level: impl Fn(PressureLevel) + Send + 'static,
+) -> Result<SignalForwarder, GovernorError> {
     Err(GovernorError::Unsupported("SIGUSR1 needs unix".into()))
 }
 

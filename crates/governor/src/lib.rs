@@ -61,7 +61,10 @@ pub use detect::{
 pub use device::{parse_bytes, DeviceProfile, DEVICE_ENV, DEVICE_MEMORY_ENV};
 pub use devices::{device, devices, DeviceSpec, Platform};
 pub use error::{BudgetError, GovernorError, ParseBytesError};
-pub use host::{install_sigusr1, HostSignal, HostSource, SignalForwarder};
+pub use host::{
+    forward_signals, install_sigusr1, HostSignal, HostSource, SignalForwarder,
+    DEFAULT_PRESSURE_HOLD,
+};
 pub use level::{MemoryReading, MemorySource, PressureLevel, Thresholds};
 pub use monitor::{Monitor, MonitorConfig, MonitorEvent};
 pub use policy::{decide, Action, Policy, PolicyInput, SessionInfo};

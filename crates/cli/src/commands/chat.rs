@@ -7,8 +7,8 @@
 //! as a dim line on stderr, e.g. `[context trimmed: kept 512 of 2048 tokens]`.
 
 use super::run::{
-    attach_monitor, exit_interrupted, load_model, memory_notice, non_negative, parse_kv, runtime,
-    stats_line, Style,
+    exit_interrupted, load_model, memory_notice, non_negative, parse_kv, runtime, stats_line,
+    MemoryArgs, Style,
 };
 use crate::Ctx;
 use anyhow::{Context, Result};
@@ -61,9 +61,9 @@ pub struct ChatArgs {
     /// KV cache type.
     #[arg(long, default_value = "f16", value_parser = parse_kv)]
     kv_type: KvType,
-    /// Do not watch the OS's memory-pressure signals (the token budget still applies).
-    #[arg(long)]
-    no_monitor: bool,
+    /// Memory watching.
+    #[command(flatten)]
+    memory: MemoryArgs,
 }
 
 /// Runs the command.
@@ -75,14 +75,11 @@ pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
         session_capacity: budget,
         token_budget: budget,
         kv_type: args.kv_type,
+        pressure_hold: args.memory.hold(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(model.clone(), config);
-    let _monitor = if args.no_monitor {
-        None
-    } else {
-        attach_monitor(&engine)
-    };
+    let _memory = args.memory.watch(&engine);
     let mut repl = Repl::new(args, engine, model, budget);
     match runtime()?.block_on(repl.run())? {
         End::Eof if repl.failed > 0 && !repl.interactive => {

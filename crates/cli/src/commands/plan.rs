@@ -280,16 +280,30 @@ const BPW_8: f64 = 8.5;
 /// The guide's OS overhead.
 const GUIDE_OS: u64 = 2 << 30;
 
-/// One device row of the table.
+/// One device row of the table: the planner's figures against the device's per-app ceiling,
+/// and the tier statelm applies there (its gate is the physical RAM).
 struct Row {
     spec: DeviceSpec,
     usable: u64,
     q4: u64,
     q8: u64,
-    guide_budget: u64,
-    guide_q4: u64,
-    guide_q8: u64,
-    guide: Option<(&'static str, f64, f64)>,
+    tier: (QuantTier, usize),
+}
+
+/// One row of the iPhone tiering guide, labelled by its chips (the guide speaks of chips and
+/// their RAM, not of any device): its own figures beside the planner's at RAM − 2 GB.
+struct GuideRow {
+    chips: &'static str,
+    ram: u64,
+    params: (f64, f64),
+    planned: (u64, u64),
+    tier: (QuantTier, usize),
+}
+
+/// The tier the default policy gives a device with `ram` of physical memory.
+fn tier_at(ram: u64, ceiling: Option<u64>) -> (QuantTier, usize) {
+    let t = default_tier(&DeviceMemory::new(ram, ceiling), &TierOverrides::default());
+    (t.quant, t.token_budget)
 }
 
 fn rows(o: &PlanOptions) -> Vec<Row> {
@@ -297,23 +311,39 @@ fn rows(o: &PlanOptions) -> Vec<Row> {
         .into_iter()
         .map(|spec| {
             let usable = (spec.app_ceiling as f64 * (1.0 - SAFETY_MARGIN)) as u64;
-            let guide_budget = spec.ram.saturating_sub(GUIDE_OS);
-            let guide = GUIDE
-                .iter()
-                .find(|g| g.0 == spec.ram)
-                .map(|g| (g.1, g.2, g.3));
             Row {
                 q4: max_params_that_fit(usable, BPW_4, o),
                 q8: max_params_that_fit(usable, BPW_8, o),
-                guide_q4: max_params_that_fit(guide_budget, BPW_4, o),
-                guide_q8: max_params_that_fit(guide_budget, BPW_8, o),
+                tier: tier_at(spec.ram, Some(spec.app_ceiling)),
                 usable,
-                guide_budget,
-                guide,
                 spec,
             }
         })
         .collect()
+}
+
+fn guide_rows(o: &PlanOptions) -> Vec<GuideRow> {
+    GUIDE
+        .iter()
+        .map(|&(ram, chips, p4, p8)| {
+            let budget = ram.saturating_sub(GUIDE_OS);
+            GuideRow {
+                chips,
+                ram,
+                params: (p4, p8),
+                planned: (
+                    max_params_that_fit(budget, BPW_4, o),
+                    max_params_that_fit(budget, BPW_8, o),
+                ),
+                tier: tier_at(ram, None),
+            }
+        })
+        .collect()
+}
+
+/// `q8_0/2048`.
+fn tier_label(t: (QuantTier, usize)) -> String {
+    format!("{}/{}", t.0.name(), t.1)
 }
 
 fn b(params: u64) -> String {
@@ -381,10 +411,11 @@ fn assumptions(o: &PlanOptions) -> Vec<String> {
 }
 
 fn table(args: &PlanArgs, o: &PlanOptions) -> Result<()> {
-    let rows = rows(o);
+    let (rows, guide) = (rows(o), guide_rows(o));
     let checks = guide_checks(o);
     let notes = assumptions(o);
     if args.json {
+        let tier = |t: (QuantTier, usize)| json!({"quant": t.0.name(), "token_budget": t.1});
         let v = json!({
             "context": o.context, "kv_type": o.kv_type.name(), "threads": o.threads,
             "bits_per_weight": {"4bit": BPW_4, "8bit": BPW_8},
@@ -393,10 +424,15 @@ fn table(args: &PlanArgs, o: &PlanOptions) -> Result<()> {
                 "id": r.spec.id, "name": r.spec.name, "ram": r.spec.ram,
                 "app_ceiling": r.spec.app_ceiling, "usable": r.usable,
                 "max_params_4bit": r.q4, "max_params_8bit": r.q8,
-                "ram_minus_2gb": r.guide_budget,
-                "max_params_4bit_ram_minus_2gb": r.guide_q4,
-                "max_params_8bit_ram_minus_2gb": r.guide_q8,
-                "guide": r.guide.map(|g| json!({"chips": g.0, "params_4bit": g.1, "params_8bit": g.2})),
+                "tier": tier(r.tier),
+            })).collect::<Vec<_>>(),
+            "guide": guide.iter().map(|g| json!({
+                "chips": g.chips, "ram": g.ram,
+                "params_4bit": g.params.0, "params_8bit": g.params.1,
+                "ram_minus_2gb": g.ram.saturating_sub(GUIDE_OS),
+                "planned_4bit_ram_minus_2gb": g.planned.0,
+                "planned_8bit_ram_minus_2gb": g.planned.1,
+                "tier": tier(g.tier),
             })).collect::<Vec<_>>(),
             "guide_checks": checks,
             "assumptions": notes,
@@ -404,37 +440,53 @@ fn table(args: &PlanArgs, o: &PlanOptions) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    print_table(&rows, &guide, o);
+    println!("\nThe guide's own figures, planned by statelm:");
+    checks.iter().for_each(|c| println!("  {c}"));
+    println!("\nAssumptions:");
+    notes.iter().for_each(|n| println!("  - {n}"));
+    Ok(())
+}
+
+fn print_table(rows: &[Row], guide: &[GuideRow], o: &PlanOptions) {
     println!(
         "Largest model that fits, {} tokens of {} KV (params; 4-bit = {BPW_4} bpw, 8-bit = {BPW_8} bpw)\n",
         o.context,
         o.kv_type.name()
     );
     println!(
-        "{:<20} {:>8} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {:>6} {:>6}",
-        "device", "RAM", "ceiling", "4-bit", "8-bit", "4-bit", "8-bit", "guide4", "guide8"
+        "{:<20} {:>8} {:>8} | {:>7} {:>7} | {:<10}",
+        "device", "RAM", "ceiling", "4-bit", "8-bit", "tier"
     );
-    println!(
-        "{:<20} {:>8} {:>8} | {:^15} | {:^15} |",
-        "", "", "", "ceiling−15%", "RAM−2GiB"
-    );
-    for r in &rows {
-        let (g4, g8) = r
-            .guide
-            .map_or(("-".into(), "-".into()), |g| (b(g.1 as u64), b(g.2 as u64)));
+    println!("{:<20} {:>8} {:>8} | {:^15} |", "", "", "", "ceiling−15%");
+    for r in rows {
         println!(
-            "{:<20} {:>8} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {g4:>6} {g8:>6}",
+            "{:<20} {:>8} {:>8} | {:>7} {:>7} | {:<10}",
             r.spec.id,
             format_bytes(r.spec.ram),
             format_bytes(r.spec.app_ceiling),
             b(r.q4),
             b(r.q8),
-            b(r.guide_q4),
-            b(r.guide_q8)
+            tier_label(r.tier)
         );
     }
-    println!("\nThe guide's own figures, planned by statelm:");
-    checks.iter().for_each(|c| println!("  {c}"));
-    println!("\nAssumptions:");
-    notes.iter().for_each(|n| println!("  - {n}"));
-    Ok(())
+    println!(
+        "\nThe iPhone tiering guide, by chip (its figures; statelm's planner at RAM − 2 GiB):\n"
+    );
+    println!(
+        "{:<20} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {:<10}",
+        "chips", "RAM", "guide4", "guide8", "4-bit", "8-bit", "tier"
+    );
+    for g in guide {
+        println!(
+            "{:<20} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {:<10}",
+            g.chips,
+            format_bytes(g.ram),
+            b(g.params.0 as u64),
+            b(g.params.1 as u64),
+            b(g.planned.0),
+            b(g.planned.1),
+            tier_label(g.tier)
+        );
+    }
 }

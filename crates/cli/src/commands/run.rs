@@ -218,9 +218,49 @@ fn dim(s: &str, on: bool) -> String {
     }
 }
 
+/// How `chat` and `serve` watch memory: the OS's pressure signals, and the host levels sent as
+/// SIGUSR1 (WARNING) / SIGUSR2 (CRITICAL), which follow the C ABI's rule.
+#[derive(Debug, clap::Args)]
+pub(crate) struct MemoryArgs {
+    /// Do not watch the OS's memory-pressure signals (the token budget still applies;
+    /// SIGUSR1/SIGUSR2 still deliver WARNING/CRITICAL).
+    #[arg(long)]
+    no_monitor: bool,
+    /// How long a WARNING or CRITICAL sent as SIGUSR1/SIGUSR2 holds before budgets recover
+    /// (a second SIGUSR1 within it counts as CRITICAL).
+    #[arg(long, value_name = "MS", default_value_t = statelm_engine::DEFAULT_PRESSURE_HOLD.as_millis() as u64)]
+    pressure_hold_ms: u64,
+}
+
+impl MemoryArgs {
+    /// The engine's hold for host levels.
+    pub(crate) fn hold(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.pressure_hold_ms)
+    }
+
+    /// Starts watching memory for `engine`; keep the result alive while it should watch.
+    pub(crate) fn watch(&self, engine: &EngineHandle) -> MemoryWatch {
+        let monitor = (!self.no_monitor).then(|| attach_monitor(engine)).flatten();
+        let signals = engine
+            .forward_signals()
+            .map_err(|e| tracing::warn!(error = %e, "SIGUSR1/SIGUSR2 not forwarded"))
+            .ok();
+        MemoryWatch {
+            _monitor: monitor,
+            _signals: signals,
+        }
+    }
+}
+
+/// The memory watchers of a command (see [`MemoryArgs::watch`]); dropping it stops them.
+pub(crate) struct MemoryWatch {
+    _monitor: Option<statelm_governor::Monitor>,
+    _signals: Option<statelm_governor::SignalForwarder>,
+}
+
 /// Watches the OS's memory-pressure signals (cgroup, PSI, /proc) for `engine`; `None` (with
 /// a log line) when no source is available.
-pub(crate) fn attach_monitor(engine: &EngineHandle) -> Option<statelm_governor::Monitor> {
+fn attach_monitor(engine: &EngineHandle) -> Option<statelm_governor::Monitor> {
     let sources = statelm_governor::detect();
     if sources.is_empty() {
         tracing::info!("no memory-pressure source found; the token budget still applies");

@@ -1,6 +1,6 @@
 //! `statelm serve`: serve an OpenAI-compatible HTTP API.
 
-use super::run::{attach_monitor, load_model, model_id, parse_kv, runtime};
+use super::run::{load_model, model_id, parse_kv, runtime, MemoryArgs};
 use crate::Ctx;
 use anyhow::{Context, Result};
 use statelm_engine::{Engine, EngineConfig};
@@ -59,9 +59,9 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may run after a shutdown signal.
     #[arg(long, default_value_t = 10)]
     shutdown_grace: u64,
-    /// Do not watch the OS's memory-pressure signals (the token budget still applies).
-    #[arg(long)]
-    no_monitor: bool,
+    /// Memory watching.
+    #[command(flatten)]
+    memory: MemoryArgs,
 }
 
 /// Runs the command.
@@ -80,14 +80,11 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
             session_capacity: budget,
             token_budget: budget,
             kv_type: args.kv_type,
+            pressure_hold: args.memory.hold(),
             ..EngineConfig::default()
         },
     );
-    let _monitor = if args.no_monitor {
-        None
-    } else {
-        attach_monitor(&engine)
-    };
+    let _memory = args.memory.watch(&engine);
     let mut cfg = ServerConfig::new(model, id.clone());
     if let Some(stem) = path.file_stem() {
         cfg.aliases.push(stem.to_string_lossy().into_owned());

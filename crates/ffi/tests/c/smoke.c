@@ -463,6 +463,11 @@ int main(int argc, char **argv) {
     printf("device: %s\n", profile);
     CHECK(statelm_string_free(profile));
     EXPECT(statelm_string_free(profile) == STATELM_ERR_INVALID_ARGUMENT, "double free detected");
+    char *tier = NULL;
+    CHECK(statelm_tier_json(&tier));
+    printf("tier: %s\n", tier);
+    EXPECT(strstr(tier, "\"quant\"") && strstr(tier, "\"token_budget\""), "tier json: %s", tier);
+    CHECK(statelm_string_free(tier));
 
     StatelmModel *model = (StatelmModel *)1;
     EXPECT(statelm_model_load(NULL, NULL, &model) == STATELM_ERR_NULL_POINTER && model == NULL,

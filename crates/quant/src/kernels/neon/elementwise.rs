@@ -36,13 +36,15 @@ fn narrow8(lo: float32x4_t, hi: float32x4_t) -> uint16x8_t {
 #[target_feature(enable = "neon")]
 fn widen8(h: uint16x8_t) -> [float32x4_t; 2] {
     let (lo, hi): (float32x4_t, float32x4_t);
-    // SAFETY: register-only instructions of the base ISA; no memory, stack or flags.
+    // SAFETY: register-only instructions of the base ISA; no memory, stack or flags. `lo` is
+    // an early output (`out`, not `lateout`): it is written before `fcvtl2` reads `h`, so it
+    // must not share `h`'s register.
     unsafe {
         asm!(
             "fcvtl {lo:v}.4s, {h:v}.4h",
             "fcvtl2 {hi:v}.4s, {h:v}.8h",
             h = in(vreg) h,
-            lo = lateout(vreg) lo,
+            lo = out(vreg) lo,
             hi = lateout(vreg) hi,
             options(pure, nomem, nostack, preserves_flags),
         );
