@@ -258,8 +258,7 @@ impl Kernels {
             q4_0: Some(n::rows8_q4_0_q8_0),
             q5_0: Some(n::rows8_q5_0_q8_0),
             q8_0: Some(n::rows8_q8_0_q8_0),
-            q4_k: Some(n::rows8_q4_k_q8_k),
-            q6_k: Some(n::rows8_q6_k_q8_k),
+            ..Rows8Table::default()
         };
         k.vec_dot_f32 = n::dot_f32;
         k.axpy_f32 = n::axpy_f32;
