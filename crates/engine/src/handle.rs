@@ -139,6 +139,27 @@ impl EngineHandle {
         self.inner.call(|r| Command::Create(opts, r)).await
     }
 
+    /// Opens the durable session `name` (needs [`EngineConfig::session_dir`]): the session of
+    /// that name if it is open already; else, if the directory holds its files, the
+    /// conversation resumed from them (after a restart or a kill: the history from its log,
+    /// the KV from its snapshot as far as it matches, the rest re-prefilled with the next
+    /// request, which starts with an [`crate::Event::Resumed`] saying which); else a new
+    /// session created with `opts`. Its history is then appended to its log and fsynced
+    /// after every turn, and its KV snapshot written when a memory warning spills or trims
+    /// it, when it closes and when the engine stops. `opts` fill in what the files do not
+    /// record. `name` must be a plain identifier
+    /// ([`crate::validate_session_name`]; else [`EngineError::InvalidSessionName`]); damaged
+    /// files give [`EngineError::BadSessionFile`] (a bad log header) or are ignored and named
+    /// in the `Resumed` event (a torn or corrupt log tail, a bad snapshot).
+    pub async fn open_session(
+        &self,
+        name: &str,
+        opts: SessionOptions,
+    ) -> Result<SessionId, EngineError> {
+        let name = name.to_string();
+        self.inner.call(|r| Command::Open(name, opts, r)).await
+    }
+
     /// Starts a generation. Its events (or its error) arrive through the returned stream;
     /// dropping the stream cancels the generation within one token. A second generation on a
     /// busy session gets [`EngineError::SessionBusy`] through its stream.
