@@ -41,6 +41,7 @@ pub(crate) enum Command {
     Save(SessionId, PathBuf, Reply<()>),
     Load(PathBuf, Reply<SessionId>),
     Info(SessionId, Reply<SessionInfo>),
+    History(SessionId, Reply<Vec<u32>>),
     /// Look at the shared pressure level now.
     Wake,
 }
@@ -273,6 +274,10 @@ impl Actor {
                     .get(&id)
                     .map(|s| s.info(self.core.factor));
                 let _ = reply.send(info.ok_or(EngineError::UnknownSession(id)));
+            }
+            Command::History(id, reply) => {
+                let history = self.core.sessions.get(&id).map(|s| s.history.clone());
+                let _ = reply.send(history.ok_or(EngineError::UnknownSession(id)));
             }
             Command::Wake => {}
         }

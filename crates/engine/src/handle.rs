@@ -205,7 +205,9 @@ impl EngineHandle {
         self.inner.call(|r| Command::Reset(id, r)).await
     }
 
-    /// Closes a session, cancelling its generation if one runs.
+    /// Closes a session, cancelling its generation if one runs. A durable session
+    /// ([`EngineHandle::open_session`]) has its history logged and its KV snapshot written
+    /// first; its files stay, so opening its name again resumes it.
     pub async fn close_session(&self, id: SessionId) -> Result<(), EngineError> {
         self.inner.call(|r| Command::Close(id, r)).await
     }
@@ -222,6 +224,12 @@ impl EngineHandle {
     pub async fn load_session(&self, path: &Path) -> Result<SessionId, EngineError> {
         let path = path.to_path_buf();
         self.inner.call(|r| Command::Load(path, r)).await
+    }
+
+    /// The token history of a session: every token of its conversation (including any
+    /// trimmed out of its State), e.g. to show a resumed conversation.
+    pub async fn session_history(&self, id: SessionId) -> Result<Vec<u32>, EngineError> {
+        self.inner.call(|r| Command::History(id, r)).await
     }
 
     /// Figures about one session.
