@@ -209,7 +209,10 @@ fn kill_mid_turn(chat: &mut Chat, cgroup: Option<&Cgroup>) -> &'static str {
             chat.child.wait().expect("wait");
             break "SIGKILLed mid-answer";
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "turn 3 never ran");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "turn 3 never ran"
+        );
         std::thread::sleep(Duration::from_millis(5));
     };
     if let (Some(cg), "OOM-killed under a real cgroup memory limit") = (limited, how) {
@@ -268,16 +271,26 @@ fn a_killed_chat_resumes_with_every_completed_turn() {
         .spawn()
         .unwrap();
     let script = "/history\n/stats\nWhat is my name?\n/quit\n";
-    o.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    o.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
     let o = o.wait_with_output().unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("[conversation 'ada' resumed: "), "{err}");
     assert!(err.contains("re-prefilled]"), "the Resumed event: {err}");
     for part in [TURN_1, TURN_2, &answer_1, &answer_2] {
-        assert!(out.contains(part), "{part:?} missing from {out}\n(killed run: {partial})");
+        assert!(
+            out.contains(part),
+            "{part:?} missing from {out}\n(killed run: {partial})"
+        );
     }
-    assert!(!out.contains(TURN_3), "the killed turn is not a completed one: {out}");
+    assert!(
+        !out.contains(TURN_3),
+        "the killed turn is not a completed one: {out}"
+    );
     let history_end = out.find(&answer_2).unwrap() + answer_2.len();
     let answer_4 = out[history_end..].trim();
     assert!(!answer_4.is_empty(), "the next turn answers: {out}\n{err}");
@@ -292,5 +305,148 @@ fn a_killed_chat_resumes_with_every_completed_turn() {
     bad[n - 1] = "../escape";
     let o = cli_common::run(&bad, "");
     assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
-    assert!(text(&o).1.contains("invalid session name"), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("invalid session name"),
+        "{:?}",
+        text(&o)
+    );
+}
+
+/// Starts `statelm serve ARGS` on a free port; returns it with its address.
+fn serve(args: &[&str]) -> (Child, String) {
+    use std::io::BufRead;
+    let mut child = statelm()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("statelm serve starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, addr)
+}
+
+/// One chat request of conversation `user`; the reply's JSON.
+fn chat(addr: &str, user: &str, messages: &[(&str, &str)], max_tokens: usize) -> String {
+    let messages: Vec<_> = messages
+        .iter()
+        .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
+        .collect();
+    let body = serde_json::json!({
+        "messages": messages, "user": user, "max_tokens": max_tokens, "temperature": 0,
+    })
+    .to_string();
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_once("\r\n\r\n")
+        .map_or(out.clone(), |(_, b)| b.to_string())
+}
+
+fn answer(reply: &str) -> String {
+    let v: serde_json::Value =
+        serde_json::from_str(reply).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no answer in {reply}"))
+        .to_string()
+}
+
+#[test]
+fn a_killed_server_resumes_a_users_conversation() {
+    let Some(model) = gemma() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = dir.path().join("sessions");
+    let args = [
+        "serve",
+        "-m",
+        &model,
+        "--port",
+        "0",
+        "--no-monitor",
+        "--session-dir",
+        sessions.to_str().unwrap(),
+    ];
+    let (mut server, addr) = serve(&args);
+    let a1 = answer(&chat(&addr, "ada", &[("user", TURN_1)], 24));
+    let reply_2 = chat(
+        &addr,
+        "ada",
+        &[("user", TURN_1), ("assistant", &a1), ("user", TURN_2)],
+        24,
+    );
+    let a2 = answer(&reply_2);
+    let usage_2: serde_json::Value = serde_json::from_str(&reply_2).unwrap();
+    let usage_2 = &usage_2["usage"];
+    // The conversation's history after turn 2: its prompt and its answer's tokens.
+    let after_2 =
+        usage_2["prompt_tokens"].as_u64().unwrap() + usage_2["completion_tokens"].as_u64().unwrap();
+    // A third turn is generating when the server is killed.
+    let third = {
+        let (addr, a1, a2) = (addr.clone(), a1.clone(), a2.clone());
+        std::thread::spawn(move || {
+            let conv = [
+                ("user", TURN_1),
+                ("assistant", &a1),
+                ("user", TURN_2),
+                ("assistant", &a2),
+                ("user", TURN_3),
+            ];
+            chat(&addr, "ada", &conv, 400)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    server.kill().expect("SIGKILL");
+    server.wait().unwrap();
+    let third_finished = third.join().unwrap_or_default().contains("\"choices\"");
+
+    let (mut server, addr) = serve(&args);
+    let conv = [
+        ("user", TURN_1),
+        ("assistant", a1.as_str()),
+        ("user", TURN_2),
+        ("assistant", a2.as_str()),
+        ("user", "What is my name?"),
+    ];
+    let reply = chat(&addr, "ada", &conv, 16);
+    assert!(!answer(&reply).is_empty(), "{reply}");
+    let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    let resumed = v["statelm"]["events"]
+        .as_array()
+        .and_then(|evs| evs.iter().find(|e| e["event"] == "resumed"))
+        .unwrap_or_else(|| panic!("no resumed event in {reply}"))
+        .clone();
+    assert_eq!(resumed["name"], "ada");
+    // Every completed turn is back, and nothing of the one that was killed.
+    let history = resumed["history_tokens"].as_u64().unwrap();
+    if third_finished {
+        assert!(history > after_2, "{resumed}");
+    } else {
+        assert_eq!(history, after_2, "{resumed}");
+    }
+    let (restored, reprefilled) = (
+        resumed["restored_tokens"].as_u64().unwrap(),
+        resumed["reprefilled_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(restored + reprefilled, history, "{resumed}");
+    // A bad name is refused, not a path.
+    let bad = chat(&addr, "../x", &[("user", "hi")], 4);
+    assert!(bad.contains("invalid session name"), "{bad}");
+    server.kill().unwrap();
+    server.wait().unwrap();
 }

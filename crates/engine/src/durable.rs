@@ -251,13 +251,18 @@ impl Actor {
     }
 
     /// The snapshot at `path` (as session `id`), if there is one and it fits the ceiling.
-    fn load_snapshot(&mut self, path: &Path, id: SessionId) -> Result<Option<Session>, EngineError> {
+    fn load_snapshot(
+        &mut self,
+        path: &Path,
+        id: SessionId,
+    ) -> Result<Option<Session>, EngineError> {
         let size = match std::fs::metadata(path) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        self.core.make_room(size, 0, "a resumed session's KV snapshot")?;
+        self.core
+            .make_room(size, 0, "a resumed session's KV snapshot")?;
         snapshot::load(path, &self.core.model, id).map(Some)
     }
 

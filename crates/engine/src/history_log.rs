@@ -152,7 +152,10 @@ pub(crate) fn decode(
     path: &Path,
 ) -> Result<LogContents, EngineError> {
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
-        return Err(bad(path, "not a statelm history log (bad magic or too short)"));
+        return Err(bad(
+            path,
+            "not a statelm history log (bad magic or too short)",
+        ));
     }
     let (head, crc) = bytes[..HEADER_LEN].split_at(HEADER_LEN - 4);
     if crc32fast::hash(head) != le_u32(crc) {
@@ -376,7 +379,10 @@ mod tests {
         // A length that claims gigabytes is corruption, not an allocation.
         bytes[first as usize..first as usize + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(read(&path).damage, Some(LogDamage::Corrupt { .. })));
+        assert!(matches!(
+            read(&path).damage,
+            Some(LogDamage::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -88,7 +88,10 @@ async fn a_resumed_conversation_continues_like_the_unkilled_one() {
     let a = engine.open_session("conv", SessionOptions::default()).await;
     let a = a.unwrap();
     assert_eq!(
-        engine.open_session("conv", Default::default()).await.unwrap(),
+        engine
+            .open_session("conv", Default::default())
+            .await
+            .unwrap(),
         a,
         "a name that is open gives its session"
     );
@@ -96,7 +99,10 @@ async fn a_resumed_conversation_continues_like_the_unkilled_one() {
     assert_eq!(second.tokens, want[1]);
     let (_, restored, reprefilled, _) = resumed(&second);
     assert!(restored > 0, "the snapshot of turn 1 was used");
-    assert!(reprefilled <= 1, "only the last sampled token: {reprefilled}");
+    assert!(
+        reprefilled <= 1,
+        "only the last sampled token: {reprefilled}"
+    );
     // Killed here: the log holds both turns, the snapshot only the first.
     copy_dir(&live, &killed);
     drop(engine);
@@ -160,7 +166,9 @@ async fn names_and_directories_are_checked() {
             "{bad:?}: {e:?}"
         );
     }
-    let s = engine.open_session("fresh", SessionOptions::default()).await;
+    let s = engine
+        .open_session("fresh", SessionOptions::default())
+        .await;
     let s = s.unwrap();
     #[cfg(unix)]
     {
@@ -173,7 +181,9 @@ async fn names_and_directories_are_checked() {
     // A reset empties the files too: reopening gives an empty conversation.
     engine.reset_session(s).await.unwrap();
     engine.close_session(s).await.unwrap();
-    let s = engine.open_session("fresh", SessionOptions::default()).await;
+    let s = engine
+        .open_session("fresh", SessionOptions::default())
+        .await;
     let info = engine.session_info(s.unwrap()).await.unwrap();
     assert_eq!(info.history_tokens, 0);
     // A log that is not one is a typed error, not a panic.

@@ -98,7 +98,11 @@ fn a_durable_session_resumes_in_a_new_engine() {
     for bad in [c"../chat", c"a/b", c"", c".x"] {
         let (rc, id) = open(engine, bad);
         assert_eq!((rc, id), (STATELM_ERR_INVALID_ARGUMENT, 0), "{bad:?}");
-        assert!(last_error().contains("invalid session name"), "{}", last_error());
+        assert!(
+            last_error().contains("invalid session name"),
+            "{}",
+            last_error()
+        );
     }
     let (rc, a) = open(engine, c"chat");
     assert_eq!(rc, STATELM_OK, "{}", last_error());

@@ -77,7 +77,12 @@ pub struct ChatArgs {
     session_dir: Option<PathBuf>,
     /// Name of the durable conversation (letters, digits, '_', '-'): continued if DIR holds
     /// it, else started [default: "chat"; needs --session-dir].
-    #[arg(long, value_name = "NAME", requires = "session_dir", conflicts_with = "resume")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "session_dir",
+        conflicts_with = "resume"
+    )]
     session: Option<String>,
     /// Resume the durable conversation NAME from DIR (an error if there is none).
     #[arg(long, value_name = "NAME", requires = "session_dir")]
