@@ -118,7 +118,7 @@ fn record(kind: u8, payload: &[u8]) -> Vec<u8> {
 /// Applies one good record to `c`; false if its fields make no sense.
 fn apply(c: &mut LogContents, kind: u8, payload: &[u8]) -> bool {
     match kind {
-        APPEND if payload.len() % 4 == 0 => {
+        APPEND if payload.len().is_multiple_of(4) => {
             c.history.extend(payload.chunks_exact(4).map(le_u32));
             true
         }
