@@ -212,6 +212,8 @@ pub(crate) fn decode(
 #[derive(Debug)]
 pub(crate) struct HistoryLog {
     file: File,
+    /// Bytes of the file that hold good records (a failed append is cut back to it).
+    len: u64,
     /// The history the log holds.
     logged: Vec<u32>,
     /// The options record it holds.
@@ -224,6 +226,7 @@ impl HistoryLog {
         statelm_model::write_file_atomic(path, &header(fingerprint))?;
         Ok(HistoryLog {
             file: open_append(path)?,
+            len: HEADER_LEN as u64,
             logged: Vec::new(),
             meta: None,
         })
@@ -244,6 +247,7 @@ impl HistoryLog {
         }
         let log = HistoryLog {
             file,
+            len: contents.valid_len,
             logged: contents.history.clone(),
             meta: contents.meta.clone(),
         };
@@ -275,8 +279,16 @@ impl HistoryLog {
         if buf.is_empty() {
             return Ok(0);
         }
-        self.file.write_all(&buf)?;
-        self.file.sync_data()?;
+        let written = self
+            .file
+            .write_all(&buf)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            // Never leave half a record for the next one to follow (disk full, I/O error).
+            let _ = self.file.set_len(self.len);
+            return Err(e.into());
+        }
+        self.len += buf.len() as u64;
         self.logged.truncate(common);
         self.logged.extend_from_slice(&history[common..]);
         self.meta = Some(meta.clone());
