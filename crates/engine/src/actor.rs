@@ -29,6 +29,7 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
 /// What handles ask of the engine thread.
 pub(crate) enum Command {
     Create(SessionOptions, Reply<SessionId>),
+    Open(String, SessionOptions, Reply<SessionId>),
     Generate {
         id: RequestId,
         req: Box<GenerateRequest>,
@@ -40,6 +41,7 @@ pub(crate) enum Command {
     Save(SessionId, PathBuf, Reply<()>),
     Load(PathBuf, Reply<SessionId>),
     Info(SessionId, Reply<SessionInfo>),
+    History(SessionId, Reply<Vec<u32>>),
     /// Look at the shared pressure level now.
     Wake,
 }
@@ -158,6 +160,10 @@ impl Actor {
         };
         compute::step(job, &mut s, &mut self.core);
         let finished = job.is_finished();
+        if finished {
+            // The turn is complete: its tokens reach the disk before its `Done` goes out.
+            crate::durable::log_turn(&mut s);
+        }
         self.core.sessions.insert(s.id, s);
         if finished {
             // Publish before the last event goes out, so a caller that saw `Done` sees its
@@ -193,13 +199,14 @@ impl Actor {
         self.dirty = false;
     }
 
-    /// Cancels what runs and deletes spill files.
+    /// Cancels what runs, writes durable sessions' snapshots and deletes spill files.
     fn shutdown(&mut self) {
         for i in 0..self.jobs.len() {
             self.finish_job(i, crate::events::StopReason::Cancelled);
             self.jobs[i].flush();
         }
         for s in self.core.sessions.values_mut() {
+            crate::durable::write_snapshot(s);
             s.discard_spill_file();
         }
     }
@@ -212,6 +219,7 @@ impl Actor {
         }
         if let Some(mut s) = self.core.sessions.remove(&job.session) {
             compute::finish(job, &mut s, &mut self.core, reason);
+            crate::durable::log_turn(&mut s);
             self.core.sessions.insert(s.id, s);
         } else {
             job.phase = crate::job::Phase::Finished;
@@ -231,6 +239,10 @@ impl Actor {
         match cmd {
             Command::Create(opts, reply) => {
                 let r = self.create(opts);
+                self.respond(reply, r);
+            }
+            Command::Open(name, opts, reply) => {
+                let r = self.open_named(&name, opts);
                 self.respond(reply, r);
             }
             Command::Generate {
@@ -263,6 +275,10 @@ impl Actor {
                     .map(|s| s.info(self.core.factor));
                 let _ = reply.send(info.ok_or(EngineError::UnknownSession(id)));
             }
+            Command::History(id, reply) => {
+                let history = self.core.sessions.get(&id).map(|s| s.history.clone());
+                let _ = reply.send(history.ok_or(EngineError::UnknownSession(id)));
+            }
             Command::Wake => {}
         }
     }
@@ -274,6 +290,14 @@ impl Actor {
     }
 
     fn create(&mut self, opts: SessionOptions) -> Result<SessionId, EngineError> {
+        let s = self.new_session(opts)?;
+        let id = s.id;
+        self.core.sessions.insert(id, s);
+        Ok(id)
+    }
+
+    /// A new, empty session with `opts` (admitted under the ceiling, not yet in the table).
+    pub(crate) fn new_session(&mut self, opts: SessionOptions) -> Result<Session, EngineError> {
         let max = self.core.config.max_sessions;
         if self.core.sessions.len() >= max {
             return Err(EngineError::TooManySessions { max });
@@ -294,10 +318,7 @@ impl Actor {
             .make_room(state.bytes() as u64, 0, "a new session")?;
         let id = SessionId(self.core.next_session);
         self.core.next_session += 1;
-        self.core
-            .sessions
-            .insert(id, Session::new(id, opts, state, budget));
-        Ok(id)
+        Ok(Session::new(id, opts, state, budget))
     }
 
     fn generate(
@@ -344,6 +365,7 @@ impl Actor {
         s.history.clear();
         s.pending.clear();
         s.hard_trimmed = false;
+        Actor::forget_durable(s);
         Ok(())
     }
 
@@ -355,6 +377,8 @@ impl Actor {
             self.finish_job(i, crate::events::StopReason::Cancelled);
         }
         if let Some(mut s) = self.core.sessions.remove(&id) {
+            crate::durable::log_turn(&mut s);
+            crate::durable::write_snapshot(&s);
             s.discard_spill_file();
         }
         Ok(())

@@ -19,6 +19,10 @@ pub struct EngineConfig {
     pub kv_type: KvType,
     /// Where idle sessions are spilled under memory pressure (created when needed).
     pub spill_dir: PathBuf,
+    /// Where durable sessions keep their history logs and KV snapshots
+    /// ([`crate::EngineHandle::open_session`]); created with mode 0700 when needed. `None`:
+    /// sessions cannot be opened by name.
+    pub session_dir: Option<PathBuf>,
     /// Commands that may wait for the engine before callers wait to send.
     pub queue_depth: usize,
     /// Memory ceiling in bytes (weights plus every resident State); `None`: no admission
@@ -46,6 +50,7 @@ impl Default for EngineConfig {
             token_budget: 4096,
             kv_type: KvType::default(),
             spill_dir: std::env::temp_dir().join("statelm-spill"),
+            session_dir: None,
             queue_depth: 64,
             memory_ceiling: None,
             idle_after: Duration::from_secs(30),

@@ -59,6 +59,15 @@ pub enum EngineError {
     /// Invalid options or request fields.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A session name that is not a plain identifier (see
+    /// [`crate::validate_session_name`]).
+    #[error("invalid session name {name:?}: {reason}")]
+    InvalidSessionName {
+        /// The name given (at most 80 characters of it).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A session file is not valid.
     #[error("invalid session file: {0}")]
     BadSessionFile(String),

@@ -116,6 +116,22 @@ pub enum Event {
     },
     /// The session's State was read back from disk for this request.
     Restored,
+    /// A durable session was resumed from its files after the process stopped (or was
+    /// killed): the history from its log, the KV from its snapshot as far as it matches that
+    /// history, and the rest re-prefilled with this request. Delivered at the start of the
+    /// session's first stream after [`crate::EngineHandle::open_session`].
+    Resumed {
+        /// The session's name.
+        name: String,
+        /// Tokens of history recovered from the log (every completed turn).
+        history_tokens: usize,
+        /// Tokens whose KV was restored from the snapshot.
+        restored_tokens: usize,
+        /// Tokens recomputed (re-prefilled) because the snapshot did not hold them.
+        reprefilled_tokens: usize,
+        /// What was done, in words (including a damaged log tail or an ignored snapshot).
+        reason: String,
+    },
     /// The generation finished; always the last event of a successful stream.
     Done(DoneStats),
 }

@@ -140,6 +140,27 @@ impl EngineHandle {
         self.inner.call(|r| Command::Create(opts, r)).await
     }
 
+    /// Opens the durable session `name` (needs [`EngineConfig::session_dir`]): the session of
+    /// that name if it is open already; else, if the directory holds its files, the
+    /// conversation resumed from them (after a restart or a kill: the history from its log,
+    /// the KV from its snapshot as far as it matches, the rest re-prefilled with the next
+    /// request, which starts with an [`crate::Event::Resumed`] saying which); else a new
+    /// session created with `opts`. Its history is then appended to its log and fsynced
+    /// after every turn, and its KV snapshot written when a memory warning spills or trims
+    /// it, when it closes and when the engine stops. `opts` fill in what the files do not
+    /// record. `name` must be a plain identifier
+    /// ([`crate::validate_session_name`]; else [`EngineError::InvalidSessionName`]); damaged
+    /// files give [`EngineError::BadSessionFile`] (a bad log header) or are ignored and named
+    /// in the `Resumed` event (a torn or corrupt log tail, a bad snapshot).
+    pub async fn open_session(
+        &self,
+        name: &str,
+        opts: SessionOptions,
+    ) -> Result<SessionId, EngineError> {
+        let name = name.to_string();
+        self.inner.call(|r| Command::Open(name, opts, r)).await
+    }
+
     /// Starts a generation. Its events (or its error) arrive through the returned stream;
     /// dropping the stream cancels the generation within one token. A second generation on a
     /// busy session gets [`EngineError::SessionBusy`] through its stream.
@@ -185,7 +206,9 @@ impl EngineHandle {
         self.inner.call(|r| Command::Reset(id, r)).await
     }
 
-    /// Closes a session, cancelling its generation if one runs.
+    /// Closes a session, cancelling its generation if one runs. A durable session
+    /// ([`EngineHandle::open_session`]) has its history logged and its KV snapshot written
+    /// first; its files stay, so opening its name again resumes it.
     pub async fn close_session(&self, id: SessionId) -> Result<(), EngineError> {
         self.inner.call(|r| Command::Close(id, r)).await
     }
@@ -202,6 +225,12 @@ impl EngineHandle {
     pub async fn load_session(&self, path: &Path) -> Result<SessionId, EngineError> {
         let path = path.to_path_buf();
         self.inner.call(|r| Command::Load(path, r)).await
+    }
+
+    /// The token history of a session: every token of its conversation (including any
+    /// trimmed out of its State), e.g. to show a resumed conversation.
+    pub async fn session_history(&self, id: SessionId) -> Result<Vec<u32>, EngineError> {
+        self.inner.call(|r| Command::History(id, r)).await
     }
 
     /// Figures about one session.

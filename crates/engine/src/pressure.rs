@@ -142,7 +142,9 @@ impl Actor {
             Action::LowerBudgets { factor, .. } => self.core.factor = factor,
             Action::RestoreBudgets { .. } => self.core.factor = 1.0,
             Action::Spill { session, reason } => {
-                self.core.spill(SessionId(session), reason);
+                if self.core.spill(SessionId(session), reason) {
+                    self.snapshot_session(SessionId(session));
+                }
             }
             Action::Trim {
                 session,
@@ -151,6 +153,7 @@ impl Actor {
                 reason,
             } => {
                 self.trim(SessionId(session), keep_prefix, keep_suffix, reason, false);
+                self.snapshot_session(SessionId(session));
             }
             Action::TrimHard {
                 session,
@@ -159,6 +162,7 @@ impl Actor {
                 reason,
             } => {
                 self.trim(SessionId(session), keep_prefix, keep_suffix, reason, true);
+                self.snapshot_session(SessionId(session));
             }
             Action::Evict { session, reason } => self.evict(SessionId(session), reason),
         }

@@ -42,6 +42,8 @@ pub(crate) struct Session {
     pub hard_trimmed: bool,
     /// Decode speed of its last generation.
     pub last_tps: f64,
+    /// Its history log and snapshot path, if it is a durable (named) session.
+    pub durable: Option<crate::durable::Durable>,
 }
 
 impl Session {
@@ -63,6 +65,7 @@ impl Session {
             last_used: Instant::now(),
             hard_trimmed: false,
             last_tps: 0.0,
+            durable: None,
         }
     }
 

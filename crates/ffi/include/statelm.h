@@ -247,6 +247,14 @@ typedef enum StatelmEventKind {
    * An event this version of the C API does not model; see `json`.
    */
   STATELM_EVENT_KIND_OTHER = 8,
+  /**
+   * A durable session opened with `statelm_session_open` was resumed from its files after
+   * a restart or a kill; delivered at the start of its first generation. `text` says what
+   * was done; `json` has `name`, `history_tokens` (every completed turn, from the history
+   * log), `restored_tokens` (KV read from the snapshot) and `reprefilled_tokens` (the rest,
+   * recomputed by this generation).
+   */
+  STATELM_EVENT_KIND_RESUMED = 9,
 } StatelmEventKind;
 
 /**
@@ -449,7 +457,8 @@ int statelm_model_free(struct StatelmModel *model);
  * (how long a `statelm_memory_warning` level holds before it lapses to NORMAL; default
  * 30000), and `tier` (`"auto"`: the device's tier sets `token_budget` — 2048 on devices
  * with 8 GB of memory or more, else 1024 — and `kv_type`, unless those fields are given
- * too). Unknown fields are an error. `*out` receives the engine handle (NULL on failure); free it with
+ * too), and `session_dir` (where durable sessions keep their files, created with mode 0700;
+ * needed by `statelm_session_open`). Unknown fields are an error. `*out` receives the engine handle (NULL on failure); free it with
  * `statelm_engine_free`.
  *
  * The engine computes on its own thread and keeps its own reference to the model.
@@ -517,8 +526,35 @@ int statelm_session_new(const struct StatelmEngine *engine,
                         uint64_t *out_session);
 
 /**
+ * Opens the durable session `name` (the engine's config needs `"session_dir"`), so the
+ * conversation survives the process being killed (jetsam, the OOM killer). `name` is a plain
+ * identifier: 1 to 64 ASCII letters, digits, `_` or `-` (anything else, such as a path, fails
+ * with `STATELM_ERR_INVALID_ARGUMENT`). If a session of that name is open, `*out_session`
+ * receives its id; else, if the session directory holds the name's files, the conversation
+ * is resumed from them — the history (every completed turn) from its log, the KV cache from
+ * its snapshot as far as it matches that history, the rest recomputed by the session's next
+ * generation, whose first event is RESUMED saying which; else a new session is created with
+ * `options_json` (as for `statelm_session_new`). From then on its history is appended to
+ * `session_dir/NAME.stlmlog` and fsynced after every generation (a few bytes per token), and
+ * its KV snapshot (`NAME.stlmsess`) is written when a memory warning spills or trims it, when
+ * it is closed and when the engine is freed; the files stay (`statelm_session_reset`
+ * empties them). A log with a bad header fails with `STATELM_ERR_BAD_SESSION_FILE`; a torn
+ * or corrupt log tail is dropped and a bad snapshot ignored, both named in RESUMED.
+ *
+ * # Safety
+ * `name` and `options_json` must each be NULL or a NUL-terminated string; `out_session`
+ * must be NULL or valid for writing one `uint64_t`.
+ */
+int statelm_session_open(const struct StatelmEngine *engine,
+                         const char *name,
+                         const char *options_json,
+                         uint64_t *out_session);
+
+/**
  * Closes a session, cancelling its running generation (which ends with DONE, stop reason
- * CANCELLED) and freeing its memory and spill file.
+ * CANCELLED) and freeing its memory and spill file. A durable session
+ * (`statelm_session_open`) has its history logged and its KV snapshot written first; its
+ * files stay, so opening the name again resumes it.
  */
 int statelm_session_close(const struct StatelmEngine *engine, uint64_t session);
 

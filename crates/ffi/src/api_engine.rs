@@ -35,7 +35,8 @@ pub const STATELM_PRESSURE_CRITICAL: c_int = 2;
 /// (how long a `statelm_memory_warning` level holds before it lapses to NORMAL; default
 /// 30000), and `tier` (`"auto"`: the device's tier sets `token_budget` — 2048 on devices
 /// with 8 GB of memory or more, else 1024 — and `kv_type`, unless those fields are given
-/// too). Unknown fields are an error. `*out` receives the engine handle (NULL on failure); free it with
+/// too), and `session_dir` (where durable sessions keep their files, created with mode 0700;
+/// needed by `statelm_session_open`). Unknown fields are an error. `*out` receives the engine handle (NULL on failure); free it with
 /// `statelm_engine_free`.
 ///
 /// The engine computes on its own thread and keeps its own reference to the model.
@@ -172,8 +173,51 @@ pub unsafe extern "C" fn statelm_session_new(
     })
 }
 
+/// Opens the durable session `name` (the engine's config needs `"session_dir"`), so the
+/// conversation survives the process being killed (jetsam, the OOM killer). `name` is a plain
+/// identifier: 1 to 64 ASCII letters, digits, `_` or `-` (anything else, such as a path, fails
+/// with `STATELM_ERR_INVALID_ARGUMENT`). If a session of that name is open, `*out_session`
+/// receives its id; else, if the session directory holds the name's files, the conversation
+/// is resumed from them — the history (every completed turn) from its log, the KV cache from
+/// its snapshot as far as it matches that history, the rest recomputed by the session's next
+/// generation, whose first event is RESUMED saying which; else a new session is created with
+/// `options_json` (as for `statelm_session_new`). From then on its history is appended to
+/// `session_dir/NAME.stlmlog` and fsynced after every generation (a few bytes per token), and
+/// its KV snapshot (`NAME.stlmsess`) is written when a memory warning spills or trims it, when
+/// it is closed and when the engine is freed; the files stay (`statelm_session_reset`
+/// empties them). A log with a bad header fails with `STATELM_ERR_BAD_SESSION_FILE`; a torn
+/// or corrupt log tail is dropped and a bad snapshot ignored, both named in RESUMED.
+///
+/// # Safety
+/// `name` and `options_json` must each be NULL or a NUL-terminated string; `out_session`
+/// must be NULL or valid for writing one `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn statelm_session_open(
+    engine: *const StatelmEngine,
+    name: *const c_char,
+    options_json: *const c_char,
+    out_session: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by this function's contract `out_session` is NULL or valid for writes.
+        unsafe { reset_out(out_session, 0, "out_session") }?;
+        let engine = handles::engine(engine)?;
+        // SAFETY: by this function's contract `name` is NULL or NUL-terminated.
+        let name = unsafe { read_str(name, "name") }?;
+        // SAFETY: by this function's contract `options_json` is NULL or NUL-terminated.
+        let json = unsafe { read_opt_str(options_json, "options_json") }?;
+        let opts = options::session_options(json)?;
+        let id = block_on(engine.handle.open_session(name, opts))?;
+        // SAFETY: `out_session` was checked by `reset_out`.
+        unsafe { write_out(out_session, id.0) };
+        Ok(())
+    })
+}
+
 /// Closes a session, cancelling its running generation (which ends with DONE, stop reason
-/// CANCELLED) and freeing its memory and spill file.
+/// CANCELLED) and freeing its memory and spill file. A durable session
+/// (`statelm_session_open`) has its history logged and its KV snapshot written first; its
+/// files stay, so opening the name again resumes it.
 #[no_mangle]
 pub extern "C" fn statelm_session_close(engine: *const StatelmEngine, session: u64) -> c_int {
     guard(|| {

@@ -36,6 +36,12 @@ pub enum StatelmEventKind {
     Error = 7,
     /// An event this version of the C API does not model; see `json`.
     Other = 8,
+    /// A durable session opened with `statelm_session_open` was resumed from its files after
+    /// a restart or a kill; delivered at the start of its first generation. `text` says what
+    /// was done; `json` has `name`, `history_tokens` (every completed turn, from the history
+    /// log), `restored_tokens` (KV read from the snapshot) and `reprefilled_tokens` (the rest,
+    /// recomputed by this generation).
+    Resumed = 9,
 }
 
 /// Why a generation ended (DONE events).
@@ -217,6 +223,20 @@ impl OwnedEvent {
                 .with_text(&reason)
                 .with_json(json!({"kind": "spilled", "reason": reason})),
             Event::Restored => new(K::Restored).with_json(json!({"kind": "restored"})),
+            Event::Resumed {
+                name,
+                history_tokens,
+                restored_tokens,
+                reprefilled_tokens,
+                reason,
+            } => new(K::Resumed).with_text(&reason).with_json(json!({
+                "kind": "resumed",
+                "name": name,
+                "history_tokens": history_tokens,
+                "restored_tokens": restored_tokens,
+                "reprefilled_tokens": reprefilled_tokens,
+                "reason": reason,
+            })),
             Event::Done(stats) => {
                 let mut e = new(K::Done).with_json(done_json(&stats));
                 e.stop_reason = stop_reason(&stats.stop_reason).0;

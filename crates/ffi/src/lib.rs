@@ -38,7 +38,7 @@ pub use api::{
 pub use api_engine::{
     statelm_engine_free, statelm_engine_start, statelm_engine_stats_json, statelm_memory_warning,
     statelm_session_close, statelm_session_info_json, statelm_session_load, statelm_session_new,
-    statelm_session_reset, statelm_session_save, STATELM_PRESSURE_CRITICAL,
+    statelm_session_open, statelm_session_reset, statelm_session_save, STATELM_PRESSURE_CRITICAL,
     STATELM_PRESSURE_NORMAL, STATELM_PRESSURE_WARNING,
 };
 pub use api_generate::{statelm_cancel, statelm_generate, statelm_wait};

@@ -66,6 +66,7 @@ struct EngineJson {
     token_budget: Option<usize>,
     kv_type: Option<String>,
     spill_dir: Option<String>,
+    session_dir: Option<String>,
     queue_depth: Option<usize>,
     memory_ceiling: Option<u64>,
     idle_after_ms: Option<u64>,
@@ -132,6 +133,9 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError>
     }
     if let Some(d) = j.spill_dir {
         c.spill_dir = PathBuf::from(d);
+    }
+    if let Some(d) = j.session_dir {
+        c.session_dir = Some(PathBuf::from(d));
     }
     c.memory_ceiling = j.memory_ceiling.or(c.memory_ceiling);
     if let Some(ms) = j.idle_after_ms {

@@ -124,9 +124,9 @@ impl From<EngineError> for FfiError {
             EngineError::Model(m) => model_code(m),
             EngineError::Tokenizer(_) => STATELM_ERR_TOKENIZER,
             EngineError::PromptTooLong { .. } => STATELM_ERR_PROMPT_TOO_LONG,
-            EngineError::EmptyPrompt | EngineError::InvalidRequest(_) => {
-                STATELM_ERR_INVALID_ARGUMENT
-            }
+            EngineError::EmptyPrompt
+            | EngineError::InvalidRequest(_)
+            | EngineError::InvalidSessionName { .. } => STATELM_ERR_INVALID_ARGUMENT,
             EngineError::OverMemory { .. } => STATELM_ERR_OVER_MEMORY,
             EngineError::BadSessionFile(_) => STATELM_ERR_BAD_SESSION_FILE,
             EngineError::Io(_) => STATELM_ERR_IO,

@@ -37,6 +37,8 @@ fn header_is_current() {
         "statelm_memory_warning",
         "statelm_session_save",
         "statelm_session_load",
+        "statelm_session_open",
+        "STATELM_EVENT_KIND_RESUMED",
         "statelm_last_error_message",
         "STATELM_EVENT_KIND_CONTEXT_TRIMMED",
         "STATELM_ERR_BUSY",

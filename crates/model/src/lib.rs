@@ -39,7 +39,7 @@ pub use kv::KvType;
 pub use model::{
     default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model, Numerics,
 };
-pub use snapshot::{write_file_atomic, SnapshotError};
+pub use snapshot::{private_create_new, sync_dir, write_file_atomic, SnapshotError};
 pub use state::{RetainMethod, RetainOutcome, State, StateOptions};
 pub use weights::Weights;
 

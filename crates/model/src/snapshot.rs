@@ -159,9 +159,13 @@ impl State {
     }
 }
 
-/// Writes `bytes` to a temporary sibling of `path`, syncs it and renames it into place, so a
-/// reader never sees a half-written file (also used for the engine's session files).
+/// Writes `bytes` to `path` atomically: a temporary sibling with a unique name, created with
+/// `O_EXCL` and mode 0600, is written and fsynced, renamed into place, and the directory is
+/// fsynced, so a reader (or a restart after a kill) never sees a half-written file (also used
+/// for the engine's session files).
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -170,21 +174,47 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let unique = format!(
+        "{}-{}-{nanos:08x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let tmp = dir.join(format!(".{name}.tmp-{unique}"));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = private_create_new(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        drop(f);
         std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        sync_dir(dir)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Creates a new file (failing if it exists, `O_EXCL`), readable and writable by its owner
+/// only (0600 on Unix).
+pub fn private_create_new(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(path)
+}
+
+/// Fsyncs a directory, so a rename or a new file in it survives a crash (a no-op where
+/// directories cannot be opened).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 struct Reader<'a> {

@@ -30,6 +30,10 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// Token budget of each session (`None`: the engine's default).
     pub token_budget: Option<usize>,
+    /// Requests with a `user` (a plain identifier) run in the durable engine session of that
+    /// name, which survives a restart or a kill (needs the engine's `session_dir`); other
+    /// requests use the anonymous pool.
+    pub durable_sessions: bool,
     /// On shutdown, how long in-flight generations may run before they are cancelled.
     pub shutdown_grace: Duration,
 }
@@ -46,6 +50,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("default_max_tokens", &self.default_max_tokens)
             .field("max_sessions", &self.max_sessions)
             .field("token_budget", &self.token_budget)
+            .field("durable_sessions", &self.durable_sessions)
             .field("shutdown_grace", &self.shutdown_grace)
             .finish()
     }
@@ -71,6 +76,7 @@ impl ServerConfig {
             default_max_tokens: 1024,
             max_sessions: 16,
             token_budget: None,
+            durable_sessions: false,
             shutdown_grace: Duration::from_secs(10),
         }
     }

@@ -135,6 +135,7 @@ impl From<EngineError> for ApiError {
             }
             EngineError::EmptyPrompt
             | EngineError::InvalidRequest(_)
+            | EngineError::InvalidSessionName { .. }
             | EngineError::Tokenizer(_)
             | EngineError::Model(statelm_model::ModelError::InvalidToken { .. }) => {
                 ApiError::invalid(msg)

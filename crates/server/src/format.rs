@@ -38,6 +38,17 @@ pub(crate) fn event_json(ev: &Event) -> Option<Value> {
         Event::CacheEvicted { reason } => json!({"event": "cache_evicted", "reason": reason}),
         Event::Spilled { reason } => json!({"event": "spilled", "reason": reason}),
         Event::Restored => json!({"event": "restored"}),
+        Event::Resumed {
+            name,
+            history_tokens,
+            restored_tokens,
+            reprefilled_tokens,
+            reason,
+        } => json!({
+            "event": "resumed", "name": name, "history_tokens": history_tokens,
+            "restored_tokens": restored_tokens, "reprefilled_tokens": reprefilled_tokens,
+            "reason": reason,
+        }),
         _ => return None,
     })
 }

@@ -65,8 +65,16 @@ pub(crate) async fn start(
     input: Input,
     prompt: &[u32],
     params: &Params,
+    user: Option<&str>,
 ) -> Result<Started, ApiError> {
-    let mut lease = app.sessions.acquire(prompt).await?;
+    let named = user.filter(|_| app.cfg.durable_sessions);
+    let acquire = || async {
+        match named {
+            Some(name) => app.sessions.acquire_named(name, prompt).await,
+            None => app.sessions.acquire(prompt).await,
+        }
+    };
+    let mut lease = acquire().await?;
     tracing::debug!(session = %lease.id, expected_reuse = lease.expected_reuse, "session taken");
     let mut attempts = 0;
     loop {
@@ -92,7 +100,7 @@ pub(crate) async fn start(
             Some(Err(EngineError::UnknownSession(_))) if attempts < BUSY_RETRIES => {
                 attempts += 1;
                 lease.forget();
-                lease = app.sessions.acquire(prompt).await?;
+                lease = acquire().await?;
             }
             Some(Err(e)) => return Err(e.into()),
             None => return Err(EngineError::ShuttingDown.into()),

@@ -121,7 +121,8 @@ async fn chat_completions(State(app): App, b: Result<Bytes, BytesRejection>) -> 
         let params = req.common.validate(&app.limits())?;
         let messages = chat_messages(&req.messages)?;
         let prompt = app.tokenize_chat(&messages).await?;
-        let started = generate::start(&app, Input::Chat(messages), &prompt, &params).await?;
+        let user = req.common.user.as_deref();
+        let started = generate::start(&app, Input::Chat(messages), &prompt, &params, user).await?;
         respond(app.clone(), app.shape(Kind::Chat), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -134,7 +135,8 @@ async fn completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Respo
         app.check_model(req.common.model.as_deref())?;
         let params = req.common.validate(&app.limits())?;
         let (input, prompt) = completion_input(&app, req.prompt).await?;
-        let started = generate::start(&app, input, &prompt, &params).await?;
+        let user = req.common.user.as_deref();
+        let started = generate::start(&app, input, &prompt, &params, user).await?;
         respond(app.clone(), app.shape(Kind::Completion), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)

@@ -43,6 +43,8 @@ pub(crate) struct Common {
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
     pub n: Option<i64>,
+    /// OpenAI's end-user id: with durable sessions, the conversation's name.
+    pub user: Option<String>,
 }
 
 /// Message content: a string, or an array of `{"type": "text", "text": ...}` parts.

@@ -8,6 +8,12 @@
 //! with (least recently used first; the engine reuses whatever prefix matches). Busy sessions
 //! are never shared: concurrent requests get different sessions. The engine decides spilling
 //! and trimming; the pool only chooses.
+//!
+//! With durable sessions, a request naming its conversation (`user`) gets the engine's
+//! durable session of that name ([`statelm_engine::EngineHandle::open_session`]: resumed
+//! from disk after a restart or a kill); named sessions are never lent to other requests,
+//! and when the pool is full the least recently used idle session is closed (a named one
+//! keeps its files and resumes on its next request).
 
 use crate::error::ApiError;
 use statelm_engine::{EngineError, EngineHandle, SessionId, SessionOptions};
@@ -20,6 +26,8 @@ const MIN_REUSE: usize = 2;
 #[derive(Debug)]
 struct Slot {
     id: SessionId,
+    /// The durable session's name (never lent to anonymous requests).
+    name: Option<String>,
     history: Vec<u32>,
     trimmed: bool,
     busy: bool,
@@ -82,7 +90,7 @@ fn continues(score: usize, history_len: usize) -> bool {
 impl Table {
     fn pick(&self, prompt: &[u32], max: usize) -> Pick {
         let scored: Vec<(usize, usize, u64)> = (self.slots.iter().enumerate())
-            .filter(|(_, s)| !s.busy)
+            .filter(|(_, s)| !s.busy && s.name.is_none())
             .map(|(i, s)| (i, reuse_score(&s.history, s.trimmed, prompt), s.last_used))
             .collect();
         let continued = (scored.iter())
@@ -173,6 +181,7 @@ impl Sessions {
                 let last_used = self.tick();
                 t.slots.push(Slot {
                     id,
+                    name: None,
                     history: Vec::new(),
                     trimmed: false,
                     busy: true,
@@ -185,6 +194,76 @@ impl Sessions {
             ))),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Takes the durable session `name` for a request whose full prompt is `prompt`
+    /// (opening or resuming it; the least recently used idle session is closed to make room).
+    pub async fn acquire_named(
+        self: &Arc<Self>,
+        name: &str,
+        prompt: &[u32],
+    ) -> Result<Lease, ApiError> {
+        let (found, victim) = {
+            let mut t = self.table();
+            if let Some(s) = t.slots.iter_mut().find(|s| s.name.as_deref() == Some(name)) {
+                if s.busy {
+                    return Err(ApiError::overloaded(format!(
+                        "a request of conversation '{name}' is running; retry when it ends"
+                    )));
+                }
+                s.busy = true;
+                (
+                    Some((s.id, reuse_score(&s.history, s.trimmed, prompt))),
+                    None,
+                )
+            } else {
+                let full = t.slots.len() + t.creating >= self.max;
+                let victim = full
+                    .then(|| {
+                        (t.slots.iter().enumerate())
+                            .filter(|(_, s)| !s.busy)
+                            .min_by_key(|(_, s)| s.last_used)
+                            .map(|(i, _)| i)
+                    })
+                    .flatten()
+                    .map(|i| t.slots.remove(i).id);
+                t.creating += 1;
+                (None, victim)
+            }
+        };
+        let (id, expected_reuse) = match found {
+            Some(taken) => taken,
+            None => {
+                if let Some(v) = victim {
+                    let _ = self.engine.close_session(v).await;
+                }
+                (self.open_named(name).await?, 0)
+            }
+        };
+        Ok(Lease {
+            pool: self.clone(),
+            id,
+            expected_reuse,
+            history: prompt.to_vec(),
+            trimmed: false,
+        })
+    }
+
+    async fn open_named(self: &Arc<Self>, name: &str) -> Result<SessionId, ApiError> {
+        let opened = self.engine.open_session(name, self.opts.clone()).await;
+        let mut t = self.table();
+        t.creating -= 1;
+        let id = opened?;
+        let last_used = self.tick();
+        t.slots.push(Slot {
+            id,
+            name: Some(name.to_string()),
+            history: Vec::new(),
+            trimmed: false,
+            busy: true,
+            last_used,
+        });
+        Ok(id)
     }
 
     fn release(&self, id: SessionId, history: Vec<u32>, trimmed: bool) {
@@ -235,6 +314,7 @@ mod tests {
     fn slot(id: u64, history: &[u32], busy: bool, last_used: u64) -> Slot {
         Slot {
             id: SessionId(id),
+            name: None,
             history: history.to_vec(),
             trimmed: false,
             busy,

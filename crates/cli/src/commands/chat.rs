@@ -19,7 +19,7 @@ use statelm_engine::{
 };
 use statelm_model::{KvType, Model};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -29,13 +29,20 @@ use tokio::sync::mpsc;
 /// answer (at the prompt, pressed twice, it quits: exit code 130); Ctrl-D or /quit quits. With stdin not a terminal, each
 /// line is one user message (or command) and the chat ends at end of input.
 ///
-/// Commands: /reset, /save FILE, /load FILE, /stats, /system TEXT, /help, /quit.
+/// Commands: /reset, /save FILE, /load FILE, /stats, /history, /system TEXT, /help, /quit.
+///
+/// With --session-dir the conversation is durable: its token history is appended to
+/// DIR/NAME.stlmlog and fsynced after every answer, and its KV snapshot written when memory
+/// pressure spills or trims it and when the chat ends. After a crash or a kill (the OOM
+/// killer, jetsam), --resume NAME picks the conversation up with every completed turn.
 ///
 /// Examples:
 ///   statelm chat
 ///   statelm chat -m qwen2.5-coder-0.5b --system "You are a terse assistant."
 ///   statelm chat --budget 256 --max-tokens 64       # watch the context being trimmed
 ///   printf 'Hi!\n/stats\n' | statelm chat --temp 0
+///   statelm chat --session-dir ~/.statelm/chats --session trip   # durable
+///   statelm chat --session-dir ~/.statelm/chats --resume trip    # after a kill
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct ChatArgs {
@@ -64,6 +71,35 @@ pub struct ChatArgs {
     /// Memory watching.
     #[command(flatten)]
     memory: MemoryArgs,
+    /// Keep the conversation durably in this directory (created with mode 0700): it survives
+    /// a crash or a kill and is picked up again with --resume.
+    #[arg(long, value_name = "DIR")]
+    session_dir: Option<PathBuf>,
+    /// Name of the durable conversation (letters, digits, '_', '-'): continued if DIR holds
+    /// it, else started [default: "chat"; needs --session-dir].
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "session_dir",
+        conflicts_with = "resume"
+    )]
+    session: Option<String>,
+    /// Resume the durable conversation NAME from DIR (an error if there is none).
+    #[arg(long, value_name = "NAME", requires = "session_dir")]
+    resume: Option<String>,
+}
+
+impl ChatArgs {
+    /// The durable conversation's name, if the chat is durable.
+    fn durable_name(&self) -> Option<String> {
+        self.session_dir.as_ref()?;
+        Some(
+            self.resume
+                .clone()
+                .or_else(|| self.session.clone())
+                .unwrap_or_else(|| "chat".to_string()),
+        )
+    }
 }
 
 /// Runs the command.
@@ -76,8 +112,12 @@ pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
         token_budget: budget,
         kv_type: args.kv_type,
         pressure_hold: args.memory.hold(),
+        session_dir: args.session_dir.clone(),
         ..EngineConfig::default()
     };
+    if let Some(name) = args.durable_name() {
+        statelm_engine::validate_session_name(&name)?;
+    }
     let engine = Engine::start(model.clone(), config);
     let _memory = args.memory.watch(&engine);
     let mut repl = Repl::new(args, engine, model, budget);
@@ -160,6 +200,8 @@ struct Repl<'a> {
     messages: Vec<ChatMessage>,
     turns: Option<TurnText>,
     failed: usize,
+    /// The durable conversation's name (`--session-dir`).
+    durable: Option<String>,
 }
 
 /// Reads stdin lines on a thread (stdin reads block).
@@ -212,6 +254,7 @@ impl<'a> Repl<'a> {
             messages: Vec::new(),
             turns,
             failed: 0,
+            durable: args.durable_name(),
         }
     }
 
@@ -220,6 +263,7 @@ impl<'a> Repl<'a> {
     }
 
     async fn run(&mut self) -> Result<End> {
+        self.resume().await?;
         let mut lines = spawn_line_reader();
         let mut interrupts = spawn_interrupts();
         // Ctrl-C at the prompt quits only when pressed twice in a row.
@@ -337,14 +381,15 @@ impl<'a> Repl<'a> {
             Input::Append(first) => self.pinned_prefix(first),
             _ => None,
         };
-        let id = self
-            .engine
-            .create_session(SessionOptions {
-                token_budget: Some(self.budget),
-                pinned_prefix,
-                system_prompt: None,
-            })
-            .await?;
+        let opts = SessionOptions {
+            token_budget: Some(self.budget),
+            pinned_prefix,
+            system_prompt: None,
+        };
+        let id = match &self.durable {
+            Some(name) => self.engine.open_session(name, opts).await?,
+            None => self.engine.create_session(opts).await?,
+        };
         self.session = Some(id);
         Ok((id, input))
     }
@@ -421,7 +466,7 @@ impl<'a> Repl<'a> {
         match name {
             "quit" | "exit" | "q" => return Ok(Flow::Quit),
             "help" | "?" => self.notice(
-                "/reset  /save FILE  /load FILE  /stats  /system TEXT  /quit  (Ctrl-C stops an answer)",
+                "/reset  /save FILE  /load FILE  /stats  /history  /system TEXT  /quit  (Ctrl-C stops an answer)",
             ),
             "reset" => {
                 self.forget_session().await;
@@ -438,6 +483,7 @@ impl<'a> Repl<'a> {
             "save" => self.save(rest).await?,
             "load" => self.load(rest).await?,
             "stats" => self.stats().await?,
+            "history" => self.history().await?,
             other => self.notice(&format!("[unknown command /{other}; /help lists them]")),
         }
         Ok(Flow::Continue)
@@ -445,6 +491,10 @@ impl<'a> Repl<'a> {
 
     async fn forget_session(&mut self) {
         if let Some(id) = self.session.take() {
+            if self.durable.is_some() {
+                // Empties its files too, so the name starts over.
+                let _ = self.engine.reset_session(id).await;
+            }
             let _ = self.engine.close_session(id).await;
         }
         self.started = false;
@@ -480,6 +530,50 @@ impl<'a> Repl<'a> {
             "[conversation loaded from {file}: {} tokens]",
             info.history_tokens
         ));
+        Ok(())
+    }
+
+    /// Opens the durable conversation at start: resumed if its directory holds it (an error
+    /// with --resume if not), else started with the first message.
+    async fn resume(&mut self) -> Result<()> {
+        let Some(name) = self.durable.clone() else {
+            return Ok(());
+        };
+        anyhow::ensure!(
+            self.turns.is_some(),
+            "this model's chat template cannot continue a durable conversation"
+        );
+        let id = self
+            .engine
+            .open_session(&name, SessionOptions::default())
+            .await
+            .with_context(|| format!("cannot open the conversation '{name}'"))?;
+        let history = self.engine.session_info(id).await?.history_tokens;
+        if history == 0 {
+            // Nothing to resume: the first message starts it (with its pinned prefix).
+            let _ = self.engine.close_session(id).await;
+            anyhow::ensure!(
+                self.args.resume.is_none(),
+                "no conversation '{name}' to resume in the session directory"
+            );
+            return Ok(());
+        }
+        self.session = Some(id);
+        self.started = true;
+        self.notice(&format!(
+            "[conversation '{name}' resumed: {history} tokens; /history shows it]"
+        ));
+        Ok(())
+    }
+
+    /// Prints the conversation the session holds (every token of its history).
+    async fn history(&self) -> Result<()> {
+        let Some(id) = self.session else {
+            self.notice("[no conversation yet]");
+            return Ok(());
+        };
+        let tokens = self.engine.session_history(id).await?;
+        println!("{}", self.model.tokenizer().decode(&tokens));
         Ok(())
     }
 

@@ -284,6 +284,16 @@ pub(crate) fn memory_notice(ev: &Event) -> Option<String> {
         Event::CacheEvicted { reason } => format!("[cache evicted: {reason}]"),
         Event::Spilled { reason } => format!("[state spilled to disk: {reason}]"),
         Event::Restored => "[state restored from disk]".to_string(),
+        Event::Resumed {
+            name,
+            history_tokens,
+            restored_tokens,
+            reprefilled_tokens,
+            ..
+        } => format!(
+            "[conversation '{name}' resumed: {history_tokens} tokens, {restored_tokens} from the \
+             snapshot, {reprefilled_tokens} re-prefilled]"
+        ),
         _ => return None,
     })
 }

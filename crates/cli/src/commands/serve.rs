@@ -16,6 +16,11 @@ use std::time::Duration;
 /// trimmed, spilled, restored, evicted) are reported in a `statelm` field of stream chunks
 /// and replies, and in the `x-statelm-events` header. SIGINT/SIGTERM shut down gracefully.
 ///
+/// With --session-dir, a request whose `user` field is a plain identifier runs in the
+/// durable conversation of that name: its history is fsynced to DIR after every answer and
+/// its KV snapshot written under memory pressure and on shutdown, so after a crash or a kill
+/// the restarted server resumes it (a `resumed` event in the `statelm` field says how).
+///
 /// Examples:
 ///   statelm serve
 ///   statelm serve -m qwen2.5-coder-0.5b --port 9000 --api-key secret
@@ -62,6 +67,10 @@ pub struct ServeArgs {
     /// Memory watching.
     #[command(flatten)]
     memory: MemoryArgs,
+    /// Keep conversations named by a request's `user` durably in this directory (created
+    /// with mode 0700): they survive a crash or a kill of the server.
+    #[arg(long, value_name = "DIR")]
+    session_dir: Option<std::path::PathBuf>,
 }
 
 /// Runs the command.
@@ -81,6 +90,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
             token_budget: budget,
             kv_type: args.kv_type,
             pressure_hold: args.memory.hold(),
+            session_dir: args.session_dir.clone(),
             ..EngineConfig::default()
         },
     );
@@ -92,6 +102,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
     cfg.api_key = args.api_key.clone().filter(|k| !k.is_empty());
     cfg.max_sessions = args.max_sessions as usize;
     cfg.token_budget = Some(budget);
+    cfg.durable_sessions = args.session_dir.is_some();
     cfg.max_prompt_tokens = args.max_prompt_tokens;
     cfg.max_tokens_limit = args.max_tokens_limit.max(1);
     cfg.default_max_tokens = cfg.default_max_tokens.min(cfg.max_tokens_limit);
