@@ -46,6 +46,7 @@ mod config;
 mod core;
 mod error;
 mod events;
+mod footprint;
 mod handle;
 mod info;
 mod job;
@@ -60,7 +61,7 @@ pub mod stop;
 mod text;
 mod tier;
 
-pub use config::{EngineConfig, MIN_TOKEN_BUDGET};
+pub use config::{EngineConfig, RealMemory, MIN_TOKEN_BUDGET};
 pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};
 pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};

@@ -16,7 +16,12 @@ pub const GROW_CELLS: usize = 256;
 /// The most cells layer `il` holds in a State of `capacity` tokens: the capacity, or for a
 /// sliding-window layer its ring of `window + ring_extra` cells (`ring_extra` is the model's
 /// micro-batch; `None` keeps full-size caches, as `Numerics::LlamaCpp` does).
-pub fn layer_cells(c: &ModelConfig, il: usize, capacity: usize, ring_extra: Option<usize>) -> usize {
+pub fn layer_cells(
+    c: &ModelConfig,
+    il: usize,
+    capacity: usize,
+    ring_extra: Option<usize>,
+) -> usize {
     let cells = match (c.sliding_window, ring_extra) {
         (Some(w), Some(extra)) if c.is_swa_layer(il) => (w + extra).min(capacity),
         _ => capacity,

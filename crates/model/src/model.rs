@@ -251,6 +251,11 @@ impl Model {
         Scratch::with_ubatch(self.ubatch)
     }
 
+    /// How prefill batches sum their products (`LoadOptions::numerics`).
+    pub fn numerics(&self) -> Numerics {
+        self.numerics
+    }
+
     /// The micro-batch of a prefill (`LoadOptions::ubatch`).
     pub fn ubatch(&self) -> usize {
         self.ubatch
@@ -323,7 +328,15 @@ impl Model {
                 let end = (start + ubatch).min(total);
                 let rows = start.max(first_logit) - start..end - start;
                 let batch = &history[start..end];
-                forward_batch(&ctx, scratch, state, batch, rows, &mut logits.data, &mut trace)?;
+                forward_batch(
+                    &ctx,
+                    scratch,
+                    state,
+                    batch,
+                    rows,
+                    &mut logits.data,
+                    &mut trace,
+                )?;
             }
             Ok(())
         })();
