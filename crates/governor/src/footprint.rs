@@ -6,8 +6,9 @@
 //!   caches, scratch, tokenizer, runtime heap, everything charged) against its limit (the
 //!   smallest of its own and its ancestors'). The limit is read at every reading: it may change
 //!   while the process runs.
-//! - Elsewhere: the process's resident set (`VmRSS` of `/proc/self/status`), with no limit of
-//!   its own (the caller brings one, e.g. a configured ceiling).
+//! - Elsewhere, or in a cgroup without a limit (whose usage may be other processes'): the
+//!   process's resident set (`VmRSS` of `/proc/self/status`), with no limit of its own (the
+//!   caller brings one, e.g. a configured ceiling).
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,8 @@ enum Kind {
 #[derive(Debug)]
 pub struct FootprintReader {
     kind: Kind,
+    /// The proc tree the resident set is read from.
+    proc_root: PathBuf,
 }
 
 impl FootprintReader {
@@ -55,6 +58,7 @@ impl FootprintReader {
                 if dir.join("memory.current").is_file() {
                     return FootprintReader {
                         kind: Kind::CgroupV2(source.with_ancestors(mount)),
+                        proc_root: root.to_path_buf(),
                     };
                 }
             }
@@ -62,6 +66,7 @@ impl FootprintReader {
         if let Some(source) = dirs.v1_memory.and_then(|d| CgroupV1Source::at(d).ok()) {
             return FootprintReader {
                 kind: Kind::CgroupV1(source),
+                proc_root: root.to_path_buf(),
             };
         }
         FootprintReader::proc(root)
@@ -69,15 +74,18 @@ impl FootprintReader {
 
     /// The resident set of this process from the proc tree at `proc_root`, without a limit.
     pub fn proc(proc_root: impl Into<PathBuf>) -> FootprintReader {
+        let root = proc_root.into();
         FootprintReader {
-            kind: Kind::Proc(proc_root.into()),
+            kind: Kind::Proc(root.clone()),
+            proc_root: root,
         }
     }
 
-    /// A cgroup v1 memory directory.
+    /// A cgroup v1 memory directory (the resident set from `/proc` while it has no limit).
     pub fn cgroup_v1(dir: impl Into<PathBuf>) -> Result<FootprintReader, GovernorError> {
         Ok(FootprintReader {
             kind: Kind::CgroupV1(CgroupV1Source::at(dir)?),
+            proc_root: PathBuf::from("/proc"),
         })
     }
 
@@ -107,28 +115,32 @@ impl FootprintReader {
         }
     }
 
-    /// Reads the footprint now.
+    /// Reads the footprint now: a limited cgroup's working set and limit, else the resident
+    /// set without a limit.
     pub fn read(&mut self) -> Result<Footprint, GovernorError> {
-        match &mut self.kind {
-            Kind::CgroupV1(s) => cgroup_footprint(s),
-            Kind::CgroupV2(s) => cgroup_footprint(s),
-            Kind::Proc(root) => {
-                let path = root.join("self/status");
-                let status = read_text(&path)?;
-                let used = kb_field(&status, "VmRSS")
-                    .ok_or_else(|| GovernorError::parse(&path, "no VmRSS"))?;
-                Ok(Footprint { used, limit: None })
-            }
+        let cgroup = match &mut self.kind {
+            Kind::CgroupV1(s) => Some(s.read()?),
+            Kind::CgroupV2(s) => Some(s.read()?),
+            Kind::Proc(_) => None,
+        };
+        match cgroup {
+            Some(r) if r.limit.is_some() => Ok(Footprint {
+                used: r.working_set.or(r.usage).unwrap_or(0),
+                limit: r.limit,
+            }),
+            _ => Ok(Footprint {
+                used: resident_set(&self.proc_root)?,
+                limit: None,
+            }),
         }
     }
 }
 
-fn cgroup_footprint(source: &mut dyn MemorySource) -> Result<Footprint, GovernorError> {
-    let r = source.read()?;
-    Ok(Footprint {
-        used: r.working_set.or(r.usage).unwrap_or(0),
-        limit: r.limit,
-    })
+/// `VmRSS` of `<proc_root>/self/status`.
+fn resident_set(proc_root: &Path) -> Result<u64, GovernorError> {
+    let path = proc_root.join("self/status");
+    let status = read_text(&path)?;
+    kb_field(&status, "VmRSS").ok_or_else(|| GovernorError::parse(&path, "no VmRSS"))
 }
 
 /// Hands the allocator's free memory back to the kernel, so that what was freed (a spilled
