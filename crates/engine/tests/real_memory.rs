@@ -36,6 +36,9 @@ async fn sessions_spill_to_keep_the_resident_set_under_the_real_limit() {
         ..config(dir.path())
     };
     let (_, probe) = engine(probe_cfg).unwrap();
+    // Every weight page resident first (they count in the resident set once touched).
+    let warmup = probe.create_session(Default::default()).await.unwrap();
+    run(&probe, greedy(warmup, Input::Text("Hello".into()), 2)).await;
     let before = reader.read().unwrap().used;
     let a = session(&probe).await.unwrap();
     run(&probe, greedy(a, Input::Text(prompt(0)), 2)).await;
