@@ -28,11 +28,11 @@
 
 use futures::StreamExt;
 use statelm_engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, Event, GenerateRequest, Input, SamplingParams,
-    SessionId, SessionOptions, TrimMethod,
+    Engine, EngineConfig, EngineHandle, EngineStats, Event, GenerateRequest, Input, RealMemory,
+    SamplingParams, SessionId, SessionOptions, TrimMethod,
 };
 use statelm_governor::{MemorySource, Monitor, MonitorConfig, MonitorEvent, Policy, Thresholds};
-use statelm_model::{KvType, LoadOptions, Model};
+use statelm_model::{KvType, LoadOptions, Model, Scratch};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -751,24 +751,22 @@ fn engine_config(
         kv_type: args.kv,
         spill_dir,
         memory_ceiling: ceiling,
+        // The control run (governor off) must meet the kernel's limit unguarded.
+        real_memory: RealMemory {
+            enabled: args.governor,
+            ..RealMemory::default()
+        },
         idle_after: Duration::from_millis(args.idle_ms),
         policy,
         ..EngineConfig::default()
     }
 }
 
-/// KV bytes of a State holding `tokens` tokens: cells are allocated 256 at a time, and
-/// sliding-window layers stop at their ring (window + 128 cells). Mirrors the engine's estimate.
+/// KV bytes of a State holding `tokens` tokens ([`statelm_model::kv::kv_bytes_for`], with the
+/// default micro-batch's sliding-window ring).
 fn kv_bytes_for(model: &Model, kv: KvType, capacity: usize, tokens: usize) -> u64 {
-    let c = model.config();
-    let row = kv.row_bytes(c.k_dim()) + kv.row_bytes(c.v_dim()) + 4;
-    let cells = tokens.div_ceil(256) * 256;
-    let layer = |il| match c.sliding_window {
-        Some(w) if c.is_swa_layer(il) => (w + 128).min(capacity),
-        _ => capacity,
-    };
-    let per_layer = |max: usize| (cells.min(max).max(tokens.min(max)) * row) as u64;
-    (0..c.n_layer).map(|il| per_layer(layer(il))).sum()
+    let ring = Some(model.ubatch());
+    statelm_model::kv::kv_bytes_for(model.config(), kv, capacity, ring, tokens)
 }
 
 /// `--plan`: the memory figures the harness sizes the cgroup from. Runs one prefill chunk
@@ -781,15 +779,25 @@ fn plan(args: &Args) -> Result<serde_json::Value, String> {
         kv_type: args.kv,
     };
     let mut state = model.new_state_with(opts).map_err(|e| e.to_string())?;
+    let mut scratch = Scratch::with_ubatch(EngineConfig::default().prefill_chunk);
     let text = user_message(&mut statelm_engine::rng::Rng::new(1), 200);
     let tok = model.tokenizer().encode(&text, true, false);
     let mut tokens = tok.map_err(|e| e.to_string())?;
     tokens.truncate(128);
     let t0 = Instant::now();
-    let fwd = model.forward_with(&mut state, &tokens, Default::default());
+    let mut logits = statelm_model::Logits::default();
+    let fwd = model.forward_into(
+        &mut scratch,
+        &mut state,
+        &tokens,
+        Default::default(),
+        &mut logits,
+    );
     fwd.map_err(|e| e.to_string())?;
     let secs = t0.elapsed().as_secs_f64();
-    let scratch = (state.bytes() - state.kv_bytes()) as u64;
+    // The engine's one scratch and this State's history (a governed engine has one scratch
+    // whatever the number of sessions; counting it per State keeps the sizing conservative).
+    let scratch = (scratch.bytes() + state.bytes() - state.kv_bytes()) as u64;
     let kv = |n| kv_bytes_for(&model, args.kv, args.capacity, n);
     Ok(serde_json::json!({
         "weights_bytes": model.file_bytes(),

@@ -139,12 +139,23 @@ impl Actor {
         }
     }
 
-    /// The next job to step, round-robin.
+    /// The next job to step, round-robin. While memory is tight, jobs whose session is in
+    /// memory go first, so that a spilled session waits instead of being restored at the
+    /// price of spilling another (thrash).
     fn next_runnable(&mut self) -> Option<usize> {
         let n = self.jobs.len();
-        let i = (0..n)
-            .map(|k| (self.rr + k) % n)
-            .find(|&i| runnable(&self.jobs[i]))?;
+        let order = (0..n).map(|k| (self.rr + k) % n);
+        let resident = |i: &usize| {
+            let job = &self.jobs[*i];
+            (self.core.sessions.get(&job.session)).is_some_and(|s| !s.is_spilled())
+        };
+        let i = match self.core.tight {
+            true => (order.clone())
+                .filter(resident)
+                .find(|&i| runnable(&self.jobs[i])),
+            false => None,
+        };
+        let i = i.or_else(|| order.clone().find(|&i| runnable(&self.jobs[i])))?;
         self.rr = i + 1;
         Some(i)
     }

@@ -117,35 +117,6 @@ pub(crate) fn plan_decode(
     Some((p, s))
 }
 
-/// Cells a KV cache layer grows by at a time (mirrors the model crate's allocation step).
-const GROW_CELLS: usize = 256;
-
-/// Bytes of KV cache a State of `tokens` tokens (and `capacity` at most) holds: an estimate for
-/// admission control, counting allocation in steps of 256 cells and sliding-window layers
-/// capped at their ring of `window + ring_extra` cells.
-pub(crate) fn kv_bytes_for(
-    config: &statelm_model::ModelConfig,
-    kv_type: statelm_model::KvType,
-    capacity: usize,
-    ring_extra: usize,
-    tokens: usize,
-) -> u64 {
-    if tokens == 0 {
-        return 0;
-    }
-    let row = kv_type.row_bytes(config.k_dim()) + kv_type.row_bytes(config.v_dim()) + 4;
-    (0..config.n_layer)
-        .map(|il| {
-            let max_cells = match config.sliding_window {
-                Some(w) if config.is_swa_layer(il) => (w + ring_extra).min(capacity),
-                _ => capacity,
-            };
-            let cells = tokens.div_ceil(GROW_CELLS) * GROW_CELLS;
-            (cells.min(max_cells).max(tokens.min(max_cells)) * row) as u64
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

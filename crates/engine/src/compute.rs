@@ -69,8 +69,9 @@ fn prepare_session(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<()
         return Ok(());
     }
     if let Some(path) = &s.spill_path {
+        // Reading the file back holds its bytes and the new State at once.
         let size = std::fs::metadata(path).map_or(0, |m| m.len());
-        core.make_room(size, 0, &format!("restoring session {}", s.id))?;
+        core.make_room(2 * size, 0, &format!("restoring session {}", s.id))?;
     }
     match s.restore(&core.model) {
         Ok(_) => {
@@ -150,9 +151,6 @@ fn admit(
     plan: &ReusePlan,
     trimmed_to: Option<usize>,
 ) -> Result<(), EngineError> {
-    if core.config.memory_ceiling.is_none() {
-        return Ok(());
-    }
     let budget = s.effective_budget(core.factor);
     let after = trimmed_to.unwrap_or(plan.state_keep + plan.history.len() - plan.feed_from);
     let peak = (after + job.max_tokens).min(budget);
@@ -231,14 +229,18 @@ fn prefill(
     if s.is_spilled() {
         prepare_session(job, s, core)?;
     }
+    if let Some(state) = s.state.as_mut() {
+        absorb_pending(state, &mut feed);
+    }
+    check_growth(s, core, feed.remaining().min(core.chunk))?;
     let state = s.state.as_mut().ok_or_else(missing_state)?;
-    absorb_pending(state, &mut feed);
-    let chunk = feed.next_chunk(core.config.prefill_chunk);
+    let chunk = feed.next_chunk(core.chunk);
     let last = chunk.len() == feed.remaining();
     let want_logits = last && (job.prompt_done || job.max_tokens > 0);
     let before = state.len();
     let mut logits = std::mem::take(&mut job.logits);
     let result = core.model.forward_into(
+        &mut core.scratch,
         state,
         chunk,
         ForwardOptions {
@@ -254,6 +256,7 @@ fn prefill(
     );
     feed.advance(state.len().saturating_sub(before));
     s.evaluated = feed.evaluated();
+    core.observe_scratch();
     match result {
         Ok(()) => {}
         Err(ModelError::Cancelled) => return Ok(Next::Stop(StopReason::Cancelled)),
@@ -269,6 +272,24 @@ fn prefill(
         return Ok(Next::Stop(StopReason::MaxTokens));
     }
     Ok(Next::Continue(Phase::Decode(logits)))
+}
+
+/// Real-memory admission before the State grows by `tokens` tokens: a prefill chunk, or
+/// every [`crate::footprint::DECODE_CHECK_EVERY`] decoded tokens (one reading of a few kernel
+/// files).
+fn check_growth(s: &Session, core: &mut Core, tokens: usize) -> Result<(), EngineError> {
+    let len = s.state_len();
+    if tokens <= 1 && !len.is_multiple_of(crate::footprint::DECODE_CHECK_EVERY) {
+        return Ok(());
+    }
+    let ahead = tokens.max(crate::footprint::DECODE_CHECK_EVERY);
+    let needed = core.growth(s, len + ahead);
+    let what = if tokens > 1 {
+        format!("a prefill chunk of {tokens} tokens for session {}", s.id)
+    } else {
+        format!("generating in session {}", s.id)
+    };
+    core.real_room(needed, &what)
 }
 
 /// Samples one token, streams it, checks the stop rules, and feeds it.
@@ -395,7 +416,7 @@ fn close(job: &mut Job, s: &mut Session, core: &mut Core) -> DoneStats {
     };
     s.busy = None;
     s.last_used = end;
-    core.observe_scratch(s);
+    core.observe_scratch();
     if job.generated > 1 {
         s.last_tps = tps;
     }

@@ -25,9 +25,12 @@ pub struct EngineConfig {
     pub session_dir: Option<PathBuf>,
     /// Commands that may wait for the engine before callers wait to send.
     pub queue_depth: usize,
-    /// Memory ceiling in bytes (weights plus every resident State); `None`: no admission
-    /// control.
+    /// Memory ceiling in bytes on the engine's own accounting (weights, every resident State
+    /// and the compute scratch); `None`: no accounted ceiling. The real footprint is checked as
+    /// well, see [`EngineConfig::real_memory`].
     pub memory_ceiling: Option<u64>,
+    /// Admission against the process's real footprint, read back from the OS.
+    pub real_memory: RealMemory,
     /// A session is idle (may be spilled) after this long without a request.
     pub idle_after: Duration,
     /// Events buffered per stream before the engine stops computing for it (backpressure).
@@ -53,11 +56,42 @@ impl Default for EngineConfig {
             session_dir: None,
             queue_depth: 64,
             memory_ceiling: None,
+            real_memory: RealMemory::default(),
             idle_after: Duration::from_secs(30),
             stream_buffer: 64,
             prefill_chunk: 128,
             policy: Policy::default(),
             pressure_hold: DEFAULT_PRESSURE_HOLD,
+        }
+    }
+}
+
+/// Admission control on the process's real footprint: before the engine lets memory grow (a
+/// new session, a restore, a prefill chunk, every few decoded tokens) it reads the footprint
+/// the kernel counts ([`statelm_governor::FootprintReader`]: the cgroup's working set in a
+/// memory cgroup, else the resident set) and keeps it under the real limit less `margin`,
+/// spilling other sessions (idle ones first) and shrinking the prefill chunk and its scratch
+/// until the growth fits. The limit is the cgroup's when it has one (read at every check, so
+/// a limit set later applies), and `limit` for a process outside a limited cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RealMemory {
+    /// Read the footprint back at all (default true; false leaves only the accounted
+    /// `memory_ceiling`, as a control run that must be OOM-killed needs).
+    pub enabled: bool,
+    /// The limit on the resident set when the process is not in a limited cgroup.
+    pub limit: Option<u64>,
+    /// Room kept free under the limit: what other threads allocate between two checks, the
+    /// allocator's slack and the kernel's lag in charging pages (default 16 MiB; at least
+    /// 8 % of the limit is kept, the governor's own Critical threshold).
+    pub margin: u64,
+}
+
+impl Default for RealMemory {
+    fn default() -> Self {
+        RealMemory {
+            enabled: true,
+            limit: None,
+            margin: 16 << 20,
         }
     }
 }

@@ -1,14 +1,13 @@
 //! What the engine thread owns besides the running jobs: the model, the configuration, the
 //! session table, the counters and the memory accounting (admission control).
 
-use crate::budget;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::events::{Event, SessionId};
 use crate::info::{EngineStats, RequestSample};
 use crate::session::Session;
-use statelm_governor::{format_bytes, PressureLevel};
-use statelm_model::{Model, StateOptions};
+use statelm_governor::{format_bytes, Footprint, FootprintReader, PressureLevel};
+use statelm_model::{Model, Scratch, StateOptions};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,15 +53,34 @@ pub(crate) struct Core {
     pub next_session: u64,
     /// Distinguishes this engine's spill files from other engines' in the same directory.
     pub tag: u64,
-    /// The most non-KV bytes (scratch buffers, history) a State has held: what a State that
-    /// has not run yet will grow to, for admission control.
+    /// The forward pass's buffers: one for every session (the engine computes one step at a
+    /// time), sized by the prefill chunk in force.
+    pub scratch: Scratch,
+    /// The most bytes the scratch has held since its chunk last changed (what it grows back
+    /// to), for the accounted ceiling.
     pub scratch_high_water: u64,
+    /// The prefill chunk in force: `config.prefill_chunk`, halved (down to
+    /// [`crate::footprint::MIN_CHUNK`]) under real memory pressure, restored when it eases.
+    pub chunk: usize,
+    /// Reads the process's real footprint (`None`: real-memory admission is off).
+    pub footprint: Option<FootprintReader>,
+    /// The last footprint read and the limit it was held to.
+    pub last_footprint: Option<(Footprint, Option<u64>)>,
+    /// The last real check had to make room: run resident sessions first.
+    pub tight: bool,
 }
 
 impl Core {
     /// A core with no sessions.
     pub fn new(model: Arc<Model>, config: EngineConfig) -> Core {
+        let chunk = config.prefill_chunk;
+        let footprint = config.real_memory.enabled.then(FootprintReader::detect);
         Core {
+            scratch: Scratch::with_ubatch(chunk),
+            chunk,
+            footprint,
+            last_footprint: None,
+            tight: false,
             model,
             config,
             sessions: HashMap::new(),
@@ -96,47 +114,50 @@ impl Core {
         ))
     }
 
-    /// Bytes in use: the weights and every resident State, plus `extra`.
+    /// Bytes in use by the engine's own accounting: the weights, every resident State and the
+    /// scratch (at its high-water mark), plus `extra`.
     pub fn used_bytes(&self, extra: u64) -> u64 {
         let states: u64 = self.sessions.values().map(Session::resident_bytes).sum();
-        self.model.file_bytes() + states + extra
+        self.model.file_bytes() + states + self.scratch_high_water + extra
     }
 
-    /// KV bytes a State of `tokens` tokens is estimated to hold.
+    /// KV bytes a State of `tokens` tokens holds ([`statelm_model::kv::kv_bytes_for`]).
     pub fn kv_estimate(&self, tokens: usize) -> u64 {
-        let (cap, ring_extra) = (
-            self.config.session_capacity,
-            self.config.prefill_chunk.max(128),
-        );
-        budget::kv_bytes_for(
+        let ring_extra =
+            (self.model.numerics() == statelm_model::Numerics::Fast).then_some(self.model.ubatch());
+        statelm_model::kv::kv_bytes_for(
             self.model.config(),
             self.config.kv_type,
-            cap,
+            self.config.session_capacity,
             ring_extra,
             tokens,
         )
     }
 
-    /// Notes how much non-KV memory session `s`'s State holds.
-    pub fn observe_scratch(&mut self, s: &Session) {
-        if let Some(st) = &s.state {
-            let other = (st.bytes() - st.kv_bytes()) as u64;
-            self.scratch_high_water = self.scratch_high_water.max(other);
-        }
+    /// Notes how much the scratch holds after a step.
+    pub fn observe_scratch(&mut self) {
+        self.scratch_high_water = self.scratch_high_water.max(self.scratch.bytes() as u64);
     }
 
-    /// Bytes session `s` is expected to grow by to hold `tokens` tokens.
+    /// Bytes session `s` is expected to grow by to hold `tokens` tokens (KV cache and history).
     pub fn growth(&self, s: &Session, tokens: usize) -> u64 {
-        let (kv, other) = s.state.as_ref().map_or((0, 0), |st| {
+        let (kv, history) = s.state.as_ref().map_or((0, 0), |st| {
             (st.kv_bytes() as u64, (st.bytes() - st.kv_bytes()) as u64)
         });
-        self.kv_estimate(tokens).saturating_sub(kv) + self.scratch_high_water.saturating_sub(other)
+        self.kv_estimate(tokens).saturating_sub(kv) + (4 * tokens as u64).saturating_sub(history)
     }
 
-    /// Admission control: makes room for `needed` more bytes under the ceiling (with `extra`
-    /// bytes held by a session outside the table), spilling idle sessions oldest first. Fails
-    /// with `OverMemory` when spilling every one is not enough.
+    /// Admission control: makes room for `needed` more bytes under the accounted ceiling (with
+    /// `extra` bytes held by a session outside the table), spilling idle sessions oldest first,
+    /// then under the real limit ([`Core::real_room`]). Fails with `OverMemory` when spilling
+    /// every one is not enough.
     pub fn make_room(&mut self, needed: u64, extra: u64, what: &str) -> Result<(), EngineError> {
+        self.accounted_room(needed, extra, what)?;
+        self.real_room(needed, what)
+    }
+
+    /// [`Core::make_room`] under the accounted ceiling only.
+    fn accounted_room(&mut self, needed: u64, extra: u64, what: &str) -> Result<(), EngineError> {
         let Some(ceiling) = self.config.memory_ceiling else {
             return Ok(());
         };
@@ -190,6 +211,7 @@ impl Core {
             Ok(()) => {
                 s.pending.push(Event::Spilled { reason });
                 self.counters.spills += 1;
+                statelm_governor::release_free_memory();
                 true
             }
             Err(e) => {
@@ -243,6 +265,10 @@ impl Core {
             admission_refusals: c.refusals,
             kv_bytes_total: kv,
             state_bytes_total: st,
+            scratch_bytes: self.scratch.bytes() as u64,
+            prefill_chunk: self.chunk,
+            footprint_bytes: self.last_footprint.map(|(f, _)| f.used),
+            footprint_limit: self.last_footprint.and_then(|(_, l)| l),
             weights_bytes: self.model.file_bytes(),
             memory_ceiling: self.config.memory_ceiling,
             pressure: self.level.max(self.own_level).to_string(),

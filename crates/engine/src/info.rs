@@ -76,8 +76,17 @@ pub struct EngineStats {
     pub admission_refusals: u64,
     /// KV bytes of every resident State.
     pub kv_bytes_total: u64,
-    /// Bytes of every resident State (KV cache, history, scratch).
+    /// Bytes of every resident State (KV cache and history).
     pub state_bytes_total: u64,
+    /// Bytes of the compute thread's scratch (one for every session).
+    pub scratch_bytes: u64,
+    /// The prefill chunk in force (lowered, with its scratch, under memory pressure).
+    pub prefill_chunk: usize,
+    /// The process's footprint at the last real-memory check (cgroup working set, or resident
+    /// set), if one was read.
+    pub footprint_bytes: Option<u64>,
+    /// The real limit of that check (cgroup limit, or the configured one), if any.
+    pub footprint_limit: Option<u64>,
     /// Bytes of the model file (mapped weights).
     pub weights_bytes: u64,
     /// The memory ceiling, if any.

@@ -47,6 +47,7 @@ mod core;
 mod durable;
 mod error;
 mod events;
+mod footprint;
 mod handle;
 mod history_log;
 mod info;
@@ -62,7 +63,7 @@ pub mod stop;
 mod text;
 mod tier;
 
-pub use config::{EngineConfig, DEFAULT_PRESSURE_HOLD, MIN_TOKEN_BUDGET};
+pub use config::{EngineConfig, RealMemory, DEFAULT_PRESSURE_HOLD, MIN_TOKEN_BUDGET};
 pub use durable::{validate_session_name, MAX_SESSION_NAME};
 pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};

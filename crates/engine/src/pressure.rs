@@ -130,9 +130,13 @@ impl Actor {
     }
 
     fn apply_all(&mut self, actions: Vec<Action>) {
+        let freed = !actions.is_empty();
         for action in actions {
             tracing::info!(?action, "memory governor action");
             self.apply(action);
+        }
+        if freed {
+            statelm_governor::release_free_memory();
         }
         self.publish();
     }

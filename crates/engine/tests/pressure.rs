@@ -182,11 +182,15 @@ async fn memory_ceiling_spills_idle_sessions_before_refusing() {
     let a = session(&probe).await.unwrap();
     run(&probe, greedy(a, Input::Text(PROMPT.into()), 2)).await;
     let footprint = probe.session_info(a).await.unwrap().state_bytes as u64;
+    // The engine's one scratch, counted once whatever the number of sessions.
+    let scratch = probe.stats().await.scratch_bytes;
+    assert!(scratch > 0);
     drop(probe);
 
-    // Room for the weights, one such session and a little: a second session must spill the first.
+    // Room for the weights, the scratch, one such session and a little: a second session must
+    // spill the first.
     let cfg = EngineConfig {
-        memory_ceiling: Some(model.file_bytes() + footprint + footprint / 4),
+        memory_ceiling: Some(model.file_bytes() + scratch + footprint + footprint / 4),
         ..config(dir.path())
     };
     let (_, limited) = engine(cfg).unwrap();

@@ -450,7 +450,12 @@ int statelm_model_free(struct StatelmModel *model);
  * Starts an engine on `model`. `config_json` may be NULL or an object with any of:
  * `max_sessions`, `session_capacity` (tokens per session state), `token_budget`,
  * `kv_type` (`"f32"`, `"f16"`, `"q8_0"`), `spill_dir`, `queue_depth`, `memory_ceiling`
- * (bytes), `idle_after_ms` (a session idle this long may be spilled), `stream_buffer`
+ * (bytes, on the engine's own accounting: weights, States, scratch), `real_memory` (default
+ * true: before memory grows the engine reads the process's real footprint — its memory
+ * cgroup's working set, else its resident set — and keeps it under the real limit less a
+ * margin, spilling sessions and shrinking its prefill scratch first), `memory_limit` (bytes:
+ * the resident-set limit outside a limited cgroup, e.g. the app's budget on a phone),
+ * `memory_margin` (bytes kept free under that limit; default 16 MiB), `idle_after_ms` (a session idle this long may be spilled), `stream_buffer`
  * (events buffered per generation before the engine waits for its callback),
  * `prefill_chunk`, and `policy` (`trim_keep_fraction`, `warning_factor`,
  * `critical_factor`, `hard_trim_suffix`), `os_memory_watch` (see below), `pressure_hold_ms`

@@ -69,6 +69,9 @@ struct EngineJson {
     session_dir: Option<String>,
     queue_depth: Option<usize>,
     memory_ceiling: Option<u64>,
+    real_memory: Option<bool>,
+    memory_limit: Option<u64>,
+    memory_margin: Option<u64>,
     idle_after_ms: Option<u64>,
     stream_buffer: Option<usize>,
     prefill_chunk: Option<usize>,
@@ -138,6 +141,13 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError>
         c.session_dir = Some(PathBuf::from(d));
     }
     c.memory_ceiling = j.memory_ceiling.or(c.memory_ceiling);
+    if let Some(on) = j.real_memory {
+        c.real_memory.enabled = on;
+    }
+    c.real_memory.limit = j.memory_limit.or(c.real_memory.limit);
+    if let Some(m) = j.memory_margin {
+        c.real_memory.margin = m;
+    }
     if let Some(ms) = j.idle_after_ms {
         c.idle_after = Duration::from_millis(ms);
     }

@@ -23,7 +23,11 @@
 //! [`detect`] picks what this machine has and [`Monitor`] runs them in the
 //! background, publishing level changes.
 //!
-//! `unsafe` is denied everywhere but in the Apple platform calls (`apple_sys`).
+//! [`FootprintReader`] reads the process's real footprint (cgroup working set, else resident
+//! set) on demand, for admission control against the real limit.
+//!
+//! `unsafe` is denied everywhere but in the platform calls: Apple's (`apple_sys`) and glibc's
+//! `malloc_trim` (`malloc_sys`).
 #![deny(unsafe_code)]
 
 mod apple;
@@ -37,8 +41,12 @@ mod detect;
 mod device;
 mod devices;
 mod error;
+mod footprint;
 mod host;
 mod level;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+mod malloc_sys;
 mod monitor;
 mod policy;
 mod proc_source;
@@ -61,6 +69,7 @@ pub use detect::{
 pub use device::{parse_bytes, DeviceProfile, DEVICE_ENV, DEVICE_MEMORY_ENV};
 pub use devices::{device, devices, DeviceSpec, Platform};
 pub use error::{BudgetError, GovernorError, ParseBytesError};
+pub use footprint::{release_free_memory, Footprint, FootprintReader};
 pub use host::{
     forward_signals, install_sigusr1, HostSignal, HostSource, SignalForwarder,
     DEFAULT_PRESSURE_HOLD,

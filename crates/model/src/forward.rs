@@ -28,10 +28,12 @@ pub(crate) struct BatchCtx<'a> {
     pub numerics: Numerics,
 }
 
-/// Runs `tokens` (positions `state.n_cached..`) through the decoder, appending their keys and
-/// values to the cache. Appends the logits of the batch rows `logit_rows` to `logits`.
+/// Runs `tokens` (positions `state.n_cached..`) through the decoder in the buffers of `sc`,
+/// appending their keys and values to the cache. Appends the logits of the batch rows
+/// `logit_rows` to `logits`.
 pub(crate) fn forward_batch(
     ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
     state: &mut State,
     tokens: &[u32],
     logit_rows: std::ops::Range<usize>,
@@ -41,15 +43,15 @@ pub(crate) fn forward_batch(
     let c = ctx.config;
     let n = tokens.len();
     let p0 = state.n_cached;
-    state.scratch.acts.f32_gemm = ctx.numerics == Numerics::Fast;
-    embed(ctx, tokens, fit(&mut state.scratch.x, n * c.n_embd))?;
-    record(trace, None, "embd", n, &state.scratch.x[..n * c.n_embd]);
+    sc.acts.f32_gemm = ctx.numerics == Numerics::Fast;
+    embed(ctx, tokens, fit(&mut sc.x, n * c.n_embd))?;
+    record(trace, None, "embd", n, &sc.x[..n * c.n_embd]);
     for (il, lw) in ctx.weights.layers.iter().enumerate() {
-        attention_block(ctx, state, il, lw, p0, n, trace)?;
-        ffn_block(ctx, &mut state.scratch, il, lw, n, trace)?;
+        attention_block(ctx, sc, state, il, lw, p0, n, trace)?;
+        ffn_block(ctx, sc, il, lw, n, trace)?;
     }
-    output(ctx, &mut state.scratch, n, logit_rows, logits)?;
-    state.scratch.release_batch_buffers(n);
+    output(ctx, sc, n, logit_rows, logits)?;
+    sc.release_batch_buffers(n);
     state.n_cached += n;
     Ok(())
 }
@@ -117,8 +119,10 @@ fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
 }
 
 /// `x += post_norm(Wo · attention(rope(norm(Wq·h)), rope(norm(Wk·h)), Wv·h))`, `h = norm(x)`.
+#[allow(clippy::too_many_arguments)]
 fn attention_block(
     ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
     state: &mut State,
     il: usize,
     lw: &LayerWeights,
@@ -128,7 +132,6 @@ fn attention_block(
 ) -> Result<(), ModelError> {
     let c = ctx.config;
     let e = c.n_embd;
-    let sc = &mut state.scratch;
     // h = rms_norm(x) * attn_norm                                     [n, E]
     let xb = fit(&mut sc.xb, n * e);
     for (o, x) in xb.chunks_exact_mut(e).zip(sc.x.chunks_exact(e)) {

@@ -5,9 +5,59 @@
 //! memory stops growing: a query at position `p` only sees keys with `p - pos < window`, and the
 //! extra `ubatch` cells keep the keys that earlier queries of the same batch still need.
 
+use crate::config::ModelConfig;
 use half::f16;
 use statelm_gguf::GgmlType;
 use statelm_quant::Kernels;
+
+/// Cells a layer's cache allocates at a time as it grows.
+pub const GROW_CELLS: usize = 256;
+
+/// The most cells layer `il` holds in a State of `capacity` tokens: the capacity, or for a
+/// sliding-window layer its ring of `window + ring_extra` cells (`ring_extra` is the model's
+/// micro-batch; `None` keeps full-size caches, as `Numerics::LlamaCpp` does).
+pub fn layer_cells(
+    c: &ModelConfig,
+    il: usize,
+    capacity: usize,
+    ring_extra: Option<usize>,
+) -> usize {
+    let cells = match (c.sliding_window, ring_extra) {
+        (Some(w), Some(extra)) if c.is_swa_layer(il) => (w + extra).min(capacity),
+        _ => capacity,
+    };
+    cells.max(1)
+}
+
+/// Bytes one cell takes in every layer: key row, value row and its 4-byte position.
+pub fn cell_bytes(c: &ModelConfig, kv: KvType) -> u64 {
+    (kv.row_bytes(c.k_dim()) + kv.row_bytes(c.v_dim()) + 4) as u64
+}
+
+/// The KV bytes a State of `capacity` tokens allocates once it holds `tokens` tokens: per
+/// layer, whole growth steps of [`GROW_CELLS`] cells up to [`layer_cells`]. The one formula
+/// of the cache's size: the planner and the engine's admission control use it, and it is
+/// what [`crate::State::kv_bytes`] reports after a prefill.
+pub fn kv_bytes_for(
+    c: &ModelConfig,
+    kv: KvType,
+    capacity: usize,
+    ring_extra: Option<usize>,
+    tokens: usize,
+) -> u64 {
+    let per_cell = cell_bytes(c, kv);
+    (0..c.n_layer)
+        .map(|il| {
+            let max = layer_cells(c, il, capacity, ring_extra);
+            let used = tokens.min(max);
+            let alloc = match used {
+                0 => 0,
+                u => (u.div_ceil(GROW_CELLS) * GROW_CELLS).min(max),
+            };
+            alloc as u64 * per_cell
+        })
+        .sum()
+}
 
 /// Element type of the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -258,9 +308,6 @@ pub(crate) struct LayerCache {
     /// Next cell to write (ring order for sliding-window layers).
     head: usize,
 }
-
-/// How many cells are allocated at once as a cache grows.
-const GROW_CELLS: usize = 256;
 
 impl LayerCache {
     pub(crate) fn new(ty: KvType, k_dim: usize, v_dim: usize, max_cells: usize) -> LayerCache {

@@ -1,18 +1,24 @@
 //! The model and its state, kept apart.
 //!
 //! A [`Model`] is immutable: weights stay in the memory-mapped GGUF file, and one
-//! `Arc<Model>` serves every conversation. A [`State`] holds everything that changes — the KV
-//! cache, the position, the token history — and persists across [`Model::forward`] calls: the
-//! prompt is prefilled once, then each new token costs one decode step.
+//! `Arc<Model>` serves every conversation. A [`State`] holds what one conversation holds — the
+//! KV cache, the position, the token history — and persists across forward calls: the prompt
+//! is prefilled once, then each new token costs one decode step. The forward pass's working
+//! buffers are a [`Scratch`], which belongs to the computation (one per compute thread, as
+//! llama.cpp's compute buffers belong to its context), not to a State: N conversations cost
+//! N caches and one scratch.
 //!
 //! ```no_run
-//! # use statelm_model::{Model, LoadOptions};
+//! # use statelm_model::{Model, LoadOptions, Logits};
 //! let model = Model::load("gemma-3-270m-q4_k_m.gguf", &LoadOptions::default())?;
-//! let mut state = model.new_state(2048);
+//! let mut scratch = model.new_scratch();   // one per compute thread
+//! let mut state = model.new_state(2048);    // one per conversation
+//! let mut logits = Logits::default();
 //! let prompt = model.tokenizer().encode("The capital of France is", true, false)?;
-//! let logits = model.forward(&mut state, &prompt)?;          // prefill
+//! model.forward_into(&mut scratch, &mut state, &prompt, Default::default(), &mut logits)?;
 //! let next = statelm_model::argmax(logits.last());
-//! let logits = model.forward(&mut state, &[next])?;          // decode one token
+//! model.forward_into(&mut scratch, &mut state, &[next], Default::default(), &mut logits)?;
+//! // One-shot calls may leave the buffers to the call: `model.forward(&mut state, &prompt)`.
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
@@ -39,6 +45,7 @@ pub use kv::KvType;
 pub use model::{
     default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model, Numerics,
 };
+pub use scratch::Scratch;
 pub use snapshot::{private_create_new, sync_dir, write_file_atomic, SnapshotError};
 pub use state::{RetainMethod, RetainOutcome, State, StateOptions};
 pub use weights::Weights;

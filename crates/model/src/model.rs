@@ -1,8 +1,10 @@
 //! `Model`: the immutable, shareable half — weights in the memory map, hyperparameters, the
-//! tokenizer and the worker threads. All mutable inference state lives in [`State`].
+//! tokenizer and the worker threads. What a conversation holds lives in its [`State`]; the
+//! forward pass's working buffers live in a [`Scratch`] that belongs to the computation.
 
 use crate::config::ModelConfig;
 use crate::forward::{forward_batch, BatchCtx, Trace};
+use crate::scratch::Scratch;
 use crate::state::{RetainMethod, RetainOutcome, State, StateOptions};
 use crate::weights::Weights;
 use crate::ModelError;
@@ -242,14 +244,31 @@ impl Model {
         )
     }
 
-    /// Runs `tokens` after what `state` holds and returns the last token's logits.
+    /// Empty working buffers for forward calls, for micro-batches of the model's `ubatch`.
+    /// Keep one per compute thread and pass it to [`Model::forward_into`]: it serves every
+    /// State, so N conversations cost N KV caches and one set of buffers.
+    pub fn new_scratch(&self) -> Scratch {
+        Scratch::with_ubatch(self.ubatch)
+    }
+
+    /// How prefill batches sum their products (`LoadOptions::numerics`).
+    pub fn numerics(&self) -> Numerics {
+        self.numerics
+    }
+
+    /// The micro-batch of a prefill (`LoadOptions::ubatch`).
+    pub fn ubatch(&self) -> usize {
+        self.ubatch
+    }
+
+    /// Runs `tokens` after what `state` holds and returns the last token's logits. One-shot:
+    /// the call makes its own buffers and frees them; a loop should keep a [`Scratch`] and use
+    /// [`Model::forward_into`].
     pub fn forward(&self, state: &mut State, tokens: &[u32]) -> Result<Logits, ModelError> {
         self.forward_with(state, tokens, ForwardOptions::default())
     }
 
-    /// Runs `tokens` after what `state` holds (prefill as batched matrix products in
-    /// micro-batches, decode as matrix-vector products). Pending re-prefill tokens left by
-    /// [`State::retain`] are recomputed first.
+    /// [`Model::forward`] with options; one-shot as well (its own buffers, freed at return).
     pub fn forward_with(
         &self,
         state: &mut State,
@@ -257,14 +276,19 @@ impl Model {
         opts: ForwardOptions<'_>,
     ) -> Result<Logits, ModelError> {
         let mut logits = Logits::default();
-        self.forward_into(state, tokens, opts, &mut logits)?;
+        let mut scratch = self.new_scratch();
+        self.forward_into(&mut scratch, state, tokens, opts, &mut logits)?;
         Ok(logits)
     }
 
-    /// [`Model::forward_with`] writing into `logits` (its allocation is reused): a decode
-    /// loop that keeps one [`Logits`] allocates nothing once warm.
+    /// Runs `tokens` after what `state` holds, in the buffers of `scratch` (prefill as batched
+    /// matrix products in micro-batches of `min(scratch.ubatch(), model ubatch)` tokens, decode
+    /// as matrix-vector products), writing the logits into `logits` (its allocation is
+    /// reused): a decode loop that keeps one [`Scratch`] and one [`Logits`] allocates nothing
+    /// once warm. Pending re-prefill tokens left by [`State::retain`] are recomputed first.
     pub fn forward_into(
         &self,
+        scratch: &mut Scratch,
         state: &mut State,
         tokens: &[u32],
         opts: ForwardOptions<'_>,
@@ -294,16 +318,25 @@ impl Model {
         // The token history is moved out while the batches run (they borrow the state
         // mutably and only read the history), and back in afterwards.
         let history = std::mem::take(&mut state.tokens);
+        let ubatch = scratch.ubatch().min(self.ubatch);
         let result = (|| {
             while state.n_cached < total {
                 if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                     return Err(ModelError::Cancelled);
                 }
                 let start = state.n_cached;
-                let end = (start + self.ubatch).min(total);
+                let end = (start + ubatch).min(total);
                 let rows = start.max(first_logit) - start..end - start;
                 let batch = &history[start..end];
-                forward_batch(&ctx, state, batch, rows, &mut logits.data, &mut trace)?;
+                forward_batch(
+                    &ctx,
+                    scratch,
+                    state,
+                    batch,
+                    rows,
+                    &mut logits.data,
+                    &mut trace,
+                )?;
             }
             Ok(())
         })();
@@ -348,7 +381,7 @@ impl Model {
     }
 
     /// Context shift on `state` (see [`State::retain`]); when the shift needs a re-prefill,
-    /// runs it now instead of at the next forward call.
+    /// runs it now (in buffers of its own) instead of at the next forward call.
     pub fn retain(
         &self,
         state: &mut State,

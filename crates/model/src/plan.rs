@@ -9,7 +9,8 @@
 //!   values in the cache type, plus a 4-byte position per cell, allocated 256 cells at a time up
 //!   to the layer's maximum: the context for global layers, `min(window + ubatch, context)` for
 //!   sliding-window layers (which therefore stop growing);
-//! - **scratch**: the State's forward-pass buffers after a prefill of `context` tokens in
+//! - **scratch**: the forward pass's buffers (the compute thread's [`crate::Scratch`], one per
+//!   engine whatever the number of States) after a prefill of `context` tokens in
 //!   micro-batches of `ubatch` (residual and sub-block outputs, q/k/v, attention output, the
 //!   two FFN halves, the f32 copies of one layer's cache, the quantized activations per
 //!   vec-dot type), grown with `Vec`'s doubling exactly as the forward pass grows them;
@@ -19,7 +20,8 @@
 //! - **runtime**: [`RUNTIME_BASE_BYTES`] for code, allocator arenas and the engine, plus
 //!   [`THREAD_STACK_BYTES`] per worker thread.
 //!
-//! `State::bytes()` equals `kv + scratch + token history` (tested on the real models).
+//! `State::bytes() + Scratch::bytes()` equals `kv + scratch + token history` (tested on the
+//! real models).
 
 use crate::config::{Arch, FfnActivation, ModelConfig, RopeStyle};
 use crate::kv::KvType;
@@ -32,8 +34,6 @@ use std::path::Path;
 pub const RUNTIME_BASE_BYTES: u64 = 24 << 20;
 /// Stack reserved per worker thread (Rust's default for spawned threads; counted in full).
 pub const THREAD_STACK_BYTES: u64 = 2 << 20;
-/// Cells a KV layer grows by (mirrors the cache's allocation step).
-const GROW_CELLS: usize = 256;
 
 /// What to plan for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +130,7 @@ pub struct Footprint {
     pub kv_per_token_beyond_window: u64,
     /// KV cache bytes with `context` tokens (allocated cells).
     pub kv_at_context: u64,
-    /// The State's scratch buffers.
+    /// The compute thread's scratch buffers ([`crate::Scratch`]: one per engine, not per State).
     pub scratch: u64,
     /// The State's token history.
     pub token_history: u64,
@@ -149,7 +149,8 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    /// What `State::bytes()` reports for a filled state: KV + scratch + token history.
+    /// What a filled State and the scratch that ran it report (`State::bytes()` +
+    /// `Scratch::bytes()`): KV + scratch + token history.
     pub fn state_bytes(&self) -> u64 {
         self.kv_at_context + self.scratch + self.token_history
     }
@@ -326,33 +327,12 @@ pub fn tokenizer_bytes(t: &TokenizerSize) -> u64 {
 
 /// The cells layer `il` may hold: the context, or the sliding window plus a micro-batch.
 fn max_cells(c: &ModelConfig, il: usize, context: usize, ubatch: usize) -> usize {
-    let cells = match c.sliding_window {
-        Some(w) if c.is_swa_layer(il) => (w + ubatch).min(context),
-        _ => context,
-    };
-    cells.max(1)
+    crate::kv::layer_cells(c, il, context, Some(ubatch))
 }
 
-/// KV bytes of one cell of every layer: key row, value row, position.
-fn cell_bytes(c: &ModelConfig, kv: KvType) -> u64 {
-    (kv.row_bytes(c.k_dim()) + kv.row_bytes(c.v_dim()) + 4) as u64
-}
-
-/// KV cache bytes once `n` tokens are in a state of capacity `context`.
+/// KV cache bytes once `n` tokens are in a state of capacity `context` ([`crate::kv::kv_bytes_for`]).
 pub fn kv_bytes(c: &ModelConfig, kv: KvType, context: usize, ubatch: usize, n: usize) -> u64 {
-    let per_cell = cell_bytes(c, kv);
-    (0..c.n_layer)
-        .map(|il| {
-            let max = max_cells(c, il, context, ubatch);
-            let used = n.min(max);
-            let alloc = if used == 0 {
-                0
-            } else {
-                (used.div_ceil(GROW_CELLS) * GROW_CELLS).min(max)
-            };
-            alloc as u64 * per_cell
-        })
-        .sum()
+    crate::kv::kv_bytes_for(c, kv, context, Some(ubatch), n)
 }
 
 /// `Vec` growth: a request above the capacity doubles it (or grows to the request).
@@ -364,7 +344,7 @@ fn grow(cap: usize, need: usize) -> usize {
     }
 }
 
-/// The State's scratch bytes after a prefill of `context` tokens in `ubatch` micro-batches.
+/// The scratch bytes after a prefill of `context` tokens in `ubatch` micro-batches.
 fn scratch_bytes(s: &ModelSketch, o: &PlanOptions) -> u64 {
     let c = &s.config;
     let n = o.context.min(o.ubatch).max(1);
@@ -421,7 +401,7 @@ fn acts_bytes(s: &ModelSketch, n: usize, logit_rows: usize) -> usize {
 /// Plans `sketch` under `opts`.
 pub fn plan(sketch: &ModelSketch, opts: &PlanOptions) -> Footprint {
     let c = &sketch.config;
-    let per_cell = cell_bytes(c, opts.kv_type);
+    let per_cell = crate::kv::cell_bytes(c, opts.kv_type);
     let n_global = (0..c.n_layer).filter(|&il| !c.is_swa_layer(il)).count() as u64;
     let weights_total = sketch.weights_total();
     let kv_at_context = kv_bytes(c, opts.kv_type, opts.context, opts.ubatch, opts.context);

@@ -1,5 +1,8 @@
-//! Buffers the forward pass writes into, owned by the [`crate::State`] so that decode does not
-//! allocate per token, and so that two states never share them.
+//! Buffers the forward pass writes into. They belong to the computation, not to a
+//! conversation (as llama.cpp's compute buffers belong to its `llama_context`, not to a
+//! sequence): one [`Scratch`] per compute thread serves every [`crate::State`] it runs, so N
+//! conversations cost N KV caches and one set of buffers. Its size follows the micro-batch
+//! ([`Scratch::ubatch`]), which can be lowered under memory pressure to shrink it.
 
 use crate::attention::AttnScratch;
 use crate::rope::RopeAngles;
@@ -8,42 +11,55 @@ use statelm_quant::{BatchOrder, QMatrix, QuantizedActs, ThreadPool};
 use std::fmt;
 use std::sync::Mutex;
 
-/// Per-state scratch space, sized for the largest batch seen so far.
-#[derive(Default)]
-pub(crate) struct Scratch {
+/// The forward pass's working memory, sized for the largest micro-batch run so far.
+///
+/// Made by [`crate::Model::new_scratch`] and passed as `&mut Scratch` to
+/// [`crate::Model::forward_into`]; a decode loop that keeps one allocates nothing once warm.
+/// It holds no conversation: any State of any model can be run with it (buffers are resized
+/// as needed), one call at a time.
+pub struct Scratch {
+    /// Largest number of tokens one micro-batch computes (at most the model's `ubatch`).
+    ubatch: usize,
     /// Residual stream `[n, n_embd]`.
-    pub x: Vec<f32>,
+    pub(crate) x: Vec<f32>,
     /// Normed input of a sub-block `[n, n_embd]`.
-    pub xb: Vec<f32>,
+    pub(crate) xb: Vec<f32>,
     /// Output of a sub-block `[n, n_embd]`.
-    pub xb2: Vec<f32>,
+    pub(crate) xb2: Vec<f32>,
     /// Queries `[n, q_dim]`.
-    pub q: Vec<f32>,
+    pub(crate) q: Vec<f32>,
     /// Keys `[n, k_dim]`.
-    pub k: Vec<f32>,
+    pub(crate) k: Vec<f32>,
     /// Values `[n, v_dim]`.
-    pub v: Vec<f32>,
+    pub(crate) v: Vec<f32>,
     /// Attention output `[n, n_head * v_head_dim]`.
-    pub att: Vec<f32>,
+    pub(crate) att: Vec<f32>,
     /// FFN gate `[n, n_ff]`.
-    pub hb: Vec<f32>,
+    pub(crate) hb: Vec<f32>,
     /// FFN up `[n, n_ff]`.
-    pub hb2: Vec<f32>,
+    pub(crate) hb2: Vec<f32>,
     /// The cache's keys as f32 `[cells, k_dim]`.
-    pub kf: Vec<f32>,
+    pub(crate) kf: Vec<f32>,
     /// The cache's values as f32 `[cells, v_dim]`.
-    pub vf: Vec<f32>,
+    pub(crate) vf: Vec<f32>,
     /// Quantized copies of the current matmul input.
-    pub acts: ActsCache,
+    pub(crate) acts: ActsCache,
     /// RoPE angles for global layers and for sliding-window layers.
-    pub rope: [RopeAngles; 2],
+    pub(crate) rope: [RopeAngles; 2],
     /// Per-task buffers of attention (kept across decode steps, freed after a prefill).
-    pub attn: Vec<Mutex<AttnScratch>>,
+    pub(crate) attn: Vec<Mutex<AttnScratch>>,
+}
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        Scratch::with_ubatch(usize::MAX)
+    }
 }
 
 impl fmt::Debug for Scratch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scratch")
+            .field("ubatch", &self.ubatch)
             .field("bytes", &self.bytes())
             .finish()
     }
@@ -58,6 +74,49 @@ pub(crate) fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
 }
 
 impl Scratch {
+    /// Empty buffers for micro-batches of at most `ubatch` tokens (the model's own `ubatch`
+    /// caps it at use).
+    pub fn with_ubatch(ubatch: usize) -> Scratch {
+        Scratch {
+            ubatch: ubatch.max(1),
+            x: Vec::new(),
+            xb: Vec::new(),
+            xb2: Vec::new(),
+            q: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            att: Vec::new(),
+            hb: Vec::new(),
+            hb2: Vec::new(),
+            kf: Vec::new(),
+            vf: Vec::new(),
+            acts: ActsCache::default(),
+            rope: Default::default(),
+            attn: Vec::new(),
+        }
+    }
+
+    /// Largest number of tokens one micro-batch computes with this scratch.
+    pub fn ubatch(&self) -> usize {
+        self.ubatch
+    }
+
+    /// Sets the micro-batch. Lowering it frees the buffers at once (they grow back to the
+    /// new, smaller size on the next call): the way to give scratch memory back under
+    /// pressure. Results do not depend on it beyond floating-point summation order.
+    pub fn set_ubatch(&mut self, ubatch: usize) {
+        let ubatch = ubatch.max(1);
+        if ubatch < self.ubatch {
+            self.release();
+        }
+        self.ubatch = ubatch;
+    }
+
+    /// Frees every buffer (they grow back on the next call).
+    pub fn release(&mut self) {
+        *self = Scratch::with_ubatch(self.ubatch);
+    }
+
     /// Bytes allocated.
     pub fn bytes(&self) -> usize {
         let f = [
@@ -73,9 +132,9 @@ impl Scratch {
     }
 
     /// Frees what only a prefill-sized batch needs (its attention buffers grow with
-    /// `batch × cells`, and the GEMM path's f32 activation copies): transient memory of the
-    /// forward pass, not State memory. Decode-sized batches keep theirs, so decode reuses them.
-    pub fn release_batch_buffers(&mut self, n_tokens: usize) {
+    /// `batch × cells`, and the GEMM path's f32 activation copies). Decode-sized batches keep
+    /// theirs, so decode reuses them.
+    pub(crate) fn release_batch_buffers(&mut self, n_tokens: usize) {
         self.acts.release_gemm_copies();
         if n_tokens >= statelm_quant::GEMM_MIN_VECS {
             self.attn = Vec::new();

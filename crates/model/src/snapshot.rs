@@ -40,51 +40,60 @@ pub enum SnapshotError {
 }
 
 impl State {
-    /// Serializes the state into `w`.
+    /// Serializes the state into `w`, streamed (no copy of the cache is built in memory: a
+    /// spill under memory pressure must not double what it frees).
     pub fn save(&self, w: &mut impl Write) -> Result<(), ModelError> {
-        let bytes = self.to_snapshot_bytes();
-        w.write_all(&bytes)?;
+        self.write_snapshot(w)?;
         Ok(())
     }
 
-    /// Writes a snapshot to `path` atomically (temporary file, fsync, rename).
+    /// Writes a snapshot to `path` atomically (temporary file, fsync, rename), streamed.
     pub fn save_to_file(&self, path: impl AsRef<Path>) -> Result<(), ModelError> {
-        write_file_atomic(path.as_ref(), &self.to_snapshot_bytes()).map_err(ModelError::from)
+        write_file_atomic_with(path.as_ref(), |f| {
+            let mut w = std::io::BufWriter::new(f);
+            self.write_snapshot(&mut w)?;
+            w.flush()
+        })
+        .map_err(ModelError::from)
     }
 
     /// Size in bytes of the snapshot this state would write.
     pub fn snapshot_bytes(&self) -> usize {
-        self.to_snapshot_bytes().len()
+        let mut n = Counter(0);
+        let _ = self.write_snapshot(&mut n);
+        n.0
     }
 
-    fn to_snapshot_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(self.kv_bytes() + 4 * self.tokens.len() + 1024);
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
-        b.extend_from_slice(&self.fingerprint);
-        b.push(self.kv_type.id());
-        b.extend_from_slice(&(self.capacity as u64).to_le_bytes());
-        b.extend_from_slice(&(self.tokens.len() as u64).to_le_bytes());
-        self.tokens
-            .iter()
-            .for_each(|t| b.extend_from_slice(&t.to_le_bytes()));
-        b.extend_from_slice(&(self.n_cached as u64).to_le_bytes());
-        b.extend_from_slice(&(self.layers.len() as u32).to_le_bytes());
-        for l in &self.layers {
-            b.extend_from_slice(&(l.used() as u32).to_le_bytes());
-            b.extend_from_slice(&(l.head() as u32).to_le_bytes());
-            l.pos
-                .iter()
-                .for_each(|p| b.extend_from_slice(&p.to_le_bytes()));
-            let (k, v) = l.to_le_bytes();
-            b.extend_from_slice(&(k.len() as u64).to_le_bytes());
-            b.extend_from_slice(&k);
-            b.extend_from_slice(&(v.len() as u64).to_le_bytes());
-            b.extend_from_slice(&v);
+    fn write_snapshot(&self, w: &mut impl Write) -> std::io::Result<()> {
+        let mut w = CrcWriter {
+            inner: w,
+            crc: crc32fast::Hasher::new(),
+        };
+        w.write_all(MAGIC)?;
+        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&self.fingerprint)?;
+        w.write_all(&[self.kv_type.id()])?;
+        w.write_all(&(self.capacity as u64).to_le_bytes())?;
+        w.write_all(&(self.tokens.len() as u64).to_le_bytes())?;
+        for t in &self.tokens {
+            w.write_all(&t.to_le_bytes())?;
         }
-        let crc = crc32fast::hash(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        b
+        w.write_all(&(self.n_cached as u64).to_le_bytes())?;
+        w.write_all(&(self.layers.len() as u32).to_le_bytes())?;
+        for l in &self.layers {
+            w.write_all(&(l.used() as u32).to_le_bytes())?;
+            w.write_all(&(l.head() as u32).to_le_bytes())?;
+            for p in &l.pos {
+                w.write_all(&p.to_le_bytes())?;
+            }
+            let (k, v) = l.to_le_bytes();
+            w.write_all(&(k.len() as u64).to_le_bytes())?;
+            w.write_all(&k)?;
+            w.write_all(&(v.len() as u64).to_le_bytes())?;
+            w.write_all(&v)?;
+        }
+        let crc = w.crc.clone().finalize();
+        w.inner.write_all(&crc.to_le_bytes())
     }
 
     /// Reads a snapshot written by [`State::save`] for `model`.
@@ -164,6 +173,14 @@ impl State {
 /// fsynced, so a reader (or a restart after a kill) never sees a half-written file (also used
 /// for the engine's session files).
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_file_atomic_with(path, |f| f.write_all(bytes))
+}
+
+/// [`write_file_atomic`] with the contents written by `write` into the temporary file.
+fn write_file_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = path
@@ -185,7 +202,7 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp-{unique}"));
     let result = (|| {
         let mut f = private_create_new(&tmp)?;
-        f.write_all(bytes)?;
+        write(&mut f)?;
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, path)?;
@@ -215,6 +232,38 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(not(unix))]
     let _ = dir;
     Ok(())
+}
+
+/// Passes bytes on and keeps the CRC-32 of what passed.
+struct CrcWriter<'w, W: Write> {
+    inner: &'w mut W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for CrcWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Counts the bytes written to it.
+struct Counter(usize);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 struct Reader<'a> {

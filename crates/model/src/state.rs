@@ -1,10 +1,10 @@
-//! `State`: everything that changes while a model runs — the KV cache, the position, the token
-//! history and the scratch buffers of the forward pass. The [`crate::Model`] is never mutated.
+//! `State`: what one conversation holds while a model runs — the KV cache, the position and
+//! the token history. The [`crate::Model`] is never mutated, and the forward pass's working
+//! buffers belong to the computation ([`crate::Scratch`]), not to the State.
 
 use crate::config::ModelConfig;
 use crate::kv::{KvType, LayerCache};
 use crate::rope;
-use crate::scratch::Scratch;
 use crate::ModelError;
 use std::sync::Arc;
 
@@ -76,7 +76,6 @@ pub struct State {
     /// How many of `tokens` have their keys and values in the cache (the rest are re-prefilled
     /// by the next forward call).
     pub(crate) n_cached: usize,
-    pub(crate) scratch: Scratch,
 }
 
 impl State {
@@ -95,15 +94,11 @@ impl State {
                 config.head_dim
             )));
         }
+        let ring_extra = (!full_swa).then_some(ubatch);
         let layers = (0..config.n_layer)
             .map(|il| {
-                let cells = match config.sliding_window {
-                    Some(w) if config.is_swa_layer(il) && !full_swa => {
-                        (w + ubatch).min(opts.capacity)
-                    }
-                    _ => opts.capacity,
-                };
-                LayerCache::new(opts.kv_type, config.k_dim(), config.v_dim(), cells.max(1))
+                let cells = crate::kv::layer_cells(&config, il, opts.capacity, ring_extra);
+                LayerCache::new(opts.kv_type, config.k_dim(), config.v_dim(), cells)
             })
             .collect();
         Ok(State {
@@ -114,7 +109,6 @@ impl State {
             layers,
             tokens: Vec::new(),
             n_cached: 0,
-            scratch: Scratch::default(),
         })
     }
 
@@ -153,13 +147,14 @@ impl State {
         self.layers.iter().map(LayerCache::bytes).sum()
     }
 
-    /// Exact bytes this state holds: KV cache, token history and scratch buffers.
+    /// Exact bytes this state holds: KV cache and token history (the forward pass's buffers
+    /// are the [`crate::Scratch`]'s, not the State's).
     pub fn bytes(&self) -> usize {
-        self.kv_bytes() + self.tokens.capacity() * 4 + self.scratch.bytes()
+        self.kv_bytes() + self.tokens.capacity() * 4
     }
 
-    /// Drops every token and frees the scratch buffers (the cache keeps its allocation until the
-    /// state is dropped or [`State::shrink`] is called).
+    /// Drops every token (the cache keeps its allocation until the state is dropped or
+    /// [`State::shrink`] is called).
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.n_cached = 0;
@@ -168,11 +163,10 @@ impl State {
         }
     }
 
-    /// Frees every allocation not needed for the tokens in context: the scratch buffers (they
-    /// grow back on the next forward call) and the cache cells past the last growth chunk in
-    /// use. Call it after a trim to hand the memory back, not only stop using it.
+    /// Frees every allocation not needed for the tokens in context: the cache cells past the
+    /// last growth chunk in use and the history's spare room. Call it after a trim to hand the
+    /// memory back, not only stop using it.
     pub fn shrink(&mut self) {
-        self.scratch = Scratch::default();
         self.tokens.shrink_to_fit();
         for l in &mut self.layers {
             l.shrink_to_fit();

@@ -55,16 +55,17 @@ fn decode_steps_allocate_only_when_a_buffer_doubles() {
             kv_type: KvType::F16,
         };
         let mut state = model.new_state_with(opts).unwrap();
+        let mut scratch = model.new_scratch();
         let mut logits = Logits::default();
         let prompt: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 50).collect();
         let fwd = ForwardOptions::default;
         model
-            .forward_into(&mut state, &prompt, fwd(), &mut logits)
+            .forward_into(&mut scratch, &mut state, &prompt, fwd(), &mut logits)
             .unwrap();
         let mut next = statelm_model::argmax(logits.last());
         for _ in 0..4 {
             model
-                .forward_into(&mut state, &[next], fwd(), &mut logits)
+                .forward_into(&mut scratch, &mut state, &[next], fwd(), &mut logits)
                 .unwrap();
             next = statelm_model::argmax(logits.last());
         }
@@ -72,7 +73,7 @@ fn decode_steps_allocate_only_when_a_buffer_doubles() {
         for _ in 0..100 {
             let before = ALLOCATIONS.load(Ordering::Relaxed);
             model
-                .forward_into(&mut state, &[next], fwd(), &mut logits)
+                .forward_into(&mut scratch, &mut state, &[next], fwd(), &mut logits)
                 .unwrap();
             next = statelm_model::argmax(logits.last());
             let made = ALLOCATIONS.load(Ordering::Relaxed) - before;

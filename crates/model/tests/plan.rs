@@ -1,6 +1,7 @@
 //! The capacity planner against what the runtime really allocates, on the two real models:
-//! weights = the mapped tensor bytes, and `State::bytes()` after a real prefill of N tokens
-//! (N = 512 and 2048, f16 cache) = the planner's KV + scratch + token history, within 5%.
+//! weights = the mapped tensor bytes, and `State::bytes() + Scratch::bytes()` after a real
+//! prefill of N tokens (N = 512 and 2048, f16 cache) = the planner's KV + scratch + token
+//! history, within 5%.
 //! The tokenizer estimate is checked against the anonymous memory a load really adds,
 //! measured in a child process (`RssAnon` of /proc/self/status) so other tests cannot skew it.
 
@@ -36,8 +37,15 @@ fn check_model(path: Option<PathBuf>) {
         assert_eq!(f.weights_total, tensor_bytes);
         assert!(within(f.weights_total, model.file_bytes(), 0.05));
         let mut state = model.new_state_with(StateOptions::new(n)).unwrap();
-        model.forward(&mut state, &tokens(&model, n)).unwrap();
-        let real = state.bytes() as u64;
+        let mut scratch = model.new_scratch();
+        let mut logits = statelm_model::Logits::default();
+        let toks = tokens(&model, n);
+        let fwd = Default::default();
+        model
+            .forward_into(&mut scratch, &mut state, &toks, fwd, &mut logits)
+            .unwrap();
+        // The State's bytes and the scratch that ran it.
+        let real = (state.bytes() + scratch.bytes()) as u64;
         eprintln!(
             "{} N={n}: planned state {} (kv {} + scratch {} + tokens {}), real {real} \
              (kv {}); weights {} of a {}-byte file; total {} (tokenizer {})",
