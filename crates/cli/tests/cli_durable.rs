@@ -187,20 +187,35 @@ impl Chat {
 
 /// Kills the chat in the middle of its third turn: by the OOM killer inside `cgroup` (its
 /// limit set just above what the chat uses now), else (or if the kernel does not act within
-/// the answer) by SIGKILL once the answer has started. Returns how it died.
+/// the answer) by SIGKILL once the answer has started. The engine reads the cgroup's limit
+/// too and may refuse the turn rather than outgrow it (its real-memory guard): then the
+/// limit is lifted, the turn sent again, and the chat SIGKILLed mid-answer. Returns how it
+/// died.
 fn kill_mid_turn(chat: &mut Chat, cgroup: Option<&Cgroup>) -> &'static str {
     use std::os::unix::process::ExitStatusExt;
-    let before = chat.out().len();
+    let (before, errors) = (chat.out().len(), chat.err().matches("error:").count());
     let limited = cgroup.and_then(|cg| {
         let usage = cg.usage()?;
         cg.set_limit(usage + (2 << 20)).then_some(cg)
     });
     chat.send(&format!("{TURN_3}{}", TURN_3_CONTEXT.repeat(30)));
     let start = Instant::now();
+    let mut limited = limited;
     let how = loop {
         if let Some(status) = chat.child.try_wait().expect("try_wait") {
             assert_eq!(status.signal(), Some(9), "killed by the kernel: {status:?}");
             break "OOM-killed under a real cgroup memory limit";
+        }
+        if let Some(cg) = limited.filter(|_| chat.err().matches("error:").count() > errors) {
+            assert!(
+                chat.err().contains("memory"),
+                "refused for memory: {}",
+                chat.err()
+            );
+            eprintln!("the engine refused the turn under the limit; lifting it");
+            assert!(cg.set_limit(u64::MAX >> 2), "lift the limit");
+            limited = None;
+            chat.send(&format!("{TURN_3}{}", TURN_3_CONTEXT.repeat(30)));
         }
         let started = chat.out().len() > before + 8;
         let patience = if limited.is_some() { 30 } else { 0 };
@@ -215,7 +230,7 @@ fn kill_mid_turn(chat: &mut Chat, cgroup: Option<&Cgroup>) -> &'static str {
         );
         std::thread::sleep(Duration::from_millis(5));
     };
-    if let (Some(cg), "OOM-killed under a real cgroup memory limit") = (limited, how) {
+    if let (Some(cg), "OOM-killed under a real cgroup memory limit") = (cgroup, how) {
         if let Some(n) = cg.oom_kills() {
             assert!(n >= 1, "the cgroup counted no OOM kill");
         }
