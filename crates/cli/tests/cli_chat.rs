@@ -35,6 +35,9 @@ fn scripted_chat_shows_trims_and_runs_commands() {
             "24",
             "--temp",
             "0",
+            // Other tests of the suite squeeze memory on purpose (cgroup limits, balloons);
+            // the machine-wide pressure they cause must not evict this chat's state.
+            "--no-monitor",
         ],
         &script,
     );
@@ -99,6 +102,7 @@ fn chat_keeps_the_state_across_turns() {
             "-v",
             "--system",
             "Be brief.",
+            "--no-monitor",
         ],
         "Hi!\nHow are you?\n/stats\n",
     );
