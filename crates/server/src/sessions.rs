@@ -174,26 +174,34 @@ impl Sessions {
 
     async fn create(self: &Arc<Self>) -> Result<SessionId, ApiError> {
         let created = self.engine.create_session(self.opts.clone()).await;
-        let mut t = self.table();
-        t.creating -= 1;
-        match created {
-            Ok(id) => {
-                let last_used = self.tick();
-                t.slots.push(Slot {
-                    id,
-                    name: None,
-                    history: Vec::new(),
-                    trimmed: false,
-                    busy: true,
-                    last_used,
-                });
-                Ok(id)
-            }
+        match self.register(created, None) {
             Err(e @ EngineError::TooManySessions { .. }) => Err(ApiError::overloaded(format!(
                 "{e}; all sessions of this server are busy"
             ))),
-            Err(e) => Err(e.into()),
+            other => other.map_err(Into::into),
         }
+    }
+
+    /// Ends a pending creation: on success the new session joins the pool, busy, under
+    /// `name` (durable) or none.
+    fn register(
+        &self,
+        created: Result<SessionId, EngineError>,
+        name: Option<&str>,
+    ) -> Result<SessionId, EngineError> {
+        let mut t = self.table();
+        t.creating -= 1;
+        let id = created?;
+        let last_used = self.tick();
+        t.slots.push(Slot {
+            id,
+            name: name.map(str::to_string),
+            history: Vec::new(),
+            trimmed: false,
+            busy: true,
+            last_used,
+        });
+        Ok(id)
     }
 
     /// Takes the durable session `name` for a request whose full prompt is `prompt`
@@ -251,19 +259,7 @@ impl Sessions {
 
     async fn open_named(self: &Arc<Self>, name: &str) -> Result<SessionId, ApiError> {
         let opened = self.engine.open_session(name, self.opts.clone()).await;
-        let mut t = self.table();
-        t.creating -= 1;
-        let id = opened?;
-        let last_used = self.tick();
-        t.slots.push(Slot {
-            id,
-            name: Some(name.to_string()),
-            history: Vec::new(),
-            trimmed: false,
-            busy: true,
-            last_used,
-        });
-        Ok(id)
+        Ok(self.register(opened, Some(name))?)
     }
 
     fn release(&self, id: SessionId, history: Vec<u32>, trimmed: bool) {
