@@ -12,11 +12,14 @@ use statelm_quant::{
 };
 
 /// (label, type, rows, cols)
-const SHAPES: [(&str, GgmlType, usize, usize); 4] = [
+/// The last two are the K-quant matrices of a 1.5B (Qwen2.5-1.5B-shaped) Q4_K_M file.
+const SHAPES: [(&str, GgmlType, usize, usize); 6] = [
     ("ffn_up 896->4864", GgmlType::Q5_0, 4864, 896),
     ("ffn_down 4864->896", GgmlType::Q6_K, 896, 4864),
     ("attn_out 1024->640", GgmlType::Q4_K, 640, 1024),
     ("lm_head 640->262144", GgmlType::Q8_0, 262_144, 640),
+    ("ffn_up 1536->8960", GgmlType::Q4_K, 8960, 1536),
+    ("ffn_down 8960->1536", GgmlType::Q6_K, 1536, 8960),
 ];
 
 /// Random-looking weights, quantized row by row (real scales and codes).

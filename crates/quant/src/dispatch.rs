@@ -200,6 +200,8 @@ impl Kernels {
                     rows8: Rows8Table {
                         q4_0: Some(crate::kernels::avx2::rows8_q4_0_q8_0_avx512vnni),
                         q5_0: Some(crate::kernels::avx2::rows8_q5_0_q8_0_avx512vnni),
+                        q4_k: Some(crate::kernels::avx2::rows8_q4_k_q8_k_avx512vnni),
+                        q6_k: Some(crate::kernels::avx2::rows8_q6_k_q8_k_avx512vnni),
                         ..avx2.rows8
                     },
                     ..avx2

@@ -34,6 +34,29 @@ pub(crate) fn le16(s: &[u8], off: usize) -> u16 {
     u16::from_le_bytes(*at::<2>(s, off))
 }
 
+/// Where an eight-row matvec walk (block `i` of eight rows at once, blocks of `bytes` bytes,
+/// rows `row_len` bytes long and contiguous) should prefetch so that it reads `distance`
+/// bytes of weights ahead: `distance / (8 bytes)` blocks further in the same row or, past
+/// the row's end, in the row eight further on (the next group's, seven rows later in memory).
+/// Prefetching `distance` ahead of each row instead would land, for rows longer than the
+/// distance, in a neighbouring row that the walk is already reading. The offset is relative
+/// to the row's start and may lie past it (prefetches never fault).
+#[inline(always)]
+#[allow(dead_code)] // the SIMD kernels' helper
+pub(crate) fn rows8_prefetch_offset(
+    i: usize,
+    bytes: usize,
+    row_len: usize,
+    distance: usize,
+) -> usize {
+    let at = (i + (distance / (8 * bytes)).max(1)) * bytes;
+    if at >= row_len {
+        at + 7 * row_len
+    } else {
+        at
+    }
+}
+
 /// The f32 scale of a Q8_K block (bytes 0..4; codes follow at 4..260, bsums at 260..292).
 #[inline(always)]
 pub(crate) fn q8k_d(y: &[u8]) -> f32 {
@@ -301,3 +324,22 @@ pub type KTileFn = unsafe fn(
     ldx: usize,
     acc: &mut [[f32; I8_ROWS]; I8_TILE_TOKENS],
 );
+
+#[cfg(test)]
+mod tests {
+    use super::rows8_prefetch_offset;
+
+    #[test]
+    fn rows8_prefetch_reads_the_distance_ahead_in_walk_order() {
+        // Long rows (35 Q6_K super-blocks): four blocks further in the same row, then the
+        // start of the row eight further on.
+        let (bytes, len) = (210, 35 * 210);
+        assert_eq!(rows8_prefetch_offset(0, bytes, len, 8192), 4 * 210);
+        assert_eq!(rows8_prefetch_offset(31, bytes, len, 8192), 8 * len);
+        // Short rows (six Q4_K super-blocks): always in the next group's row.
+        let (bytes, len) = (144, 6 * 144);
+        assert_eq!(rows8_prefetch_offset(0, bytes, len, 8192), 8 * len + 144);
+        // A distance under one step of the walk still prefetches one block ahead.
+        assert_eq!(rows8_prefetch_offset(0, bytes, 100 * len, 64), 144);
+    }
+}

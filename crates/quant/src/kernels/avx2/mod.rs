@@ -33,6 +33,7 @@ mod legacy;
 mod quantize;
 mod rows;
 mod rows_k;
+mod rows_k512;
 mod rows_vnni;
 mod vector;
 
@@ -50,6 +51,7 @@ pub use legacy::{
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use rows_k::{rows8_q4_k_q8_k, rows8_q6_k_q8_k};
+pub use rows_k512::{rows8_q4_k_q8_k_avx512vnni, rows8_q6_k_q8_k_avx512vnni};
 pub use rows_vnni::{rows8_q4_0_q8_0_avx512vnni, rows8_q5_0_q8_0_avx512vnni};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 

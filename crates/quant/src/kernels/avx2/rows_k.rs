@@ -12,9 +12,10 @@
 //! The CPU must support avx2, fma and f16c.
 
 use super::rows::sum_lanes8;
-use super::{at, hsum_ps, le16, load256, prefetch_ahead};
+use super::{at, hsum_ps, le16, load256, prefetch_at};
 use crate::formats::float::f16_to_f32;
 use crate::formats::q4_k::unpack_scales;
+use crate::kernels::rows8_prefetch_offset;
 use std::arch::x86_64::*;
 
 /// The integer sums of one Q4_K super-block `x` against the Q8_K block `y`: `Σ_j sc_j Σ q y`
@@ -43,14 +44,16 @@ fn q4_k_sums(x: &[u8; 144], y: &[u8; 292], bsums: __m256i) -> (__m256i, __m256i,
     (isum, msum, d)
 }
 
-/// Prefetches the lines of super-block `i` (of `bytes` bytes) of each row, the distance ahead
-/// the single dots prefetch.
+/// Prefetches, for each of the eight rows, the super-block (of `bytes` bytes) that the walk
+/// reaches [`super::PREFETCH_DISTANCE`] bytes after block `i` (see
+/// [`crate::kernels::rows8_prefetch_offset`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_rows(w: &[&[u8]; 8], i: usize, bytes: usize) {
+pub(super) fn prefetch_rows(w: &[&[u8]; 8], i: usize, bytes: usize) {
     for row in w {
+        let at = rows8_prefetch_offset(i, bytes, row.len(), super::PREFETCH_DISTANCE);
         for off in (0..bytes).step_by(64) {
-            prefetch_ahead(row, i * bytes + off);
+            prefetch_at(row, at + off);
         }
     }
 }

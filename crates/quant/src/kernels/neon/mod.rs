@@ -167,14 +167,22 @@ pub(crate) fn hsum8(lo: float32x4_t, hi: float32x4_t) -> f32 {
 
 /// How far ahead of the current weight block to prefetch (as the AVX2 kernels: the weight
 /// stream continues there).
-const PREFETCH_DISTANCE: usize = 8192;
+pub(crate) const PREFETCH_DISTANCE: usize = 8192;
 
 /// Prefetches the cache line [`PREFETCH_DISTANCE`] bytes past `s[off]` (`prfm` never faults,
 /// so the address need not be in bounds).
 #[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn prefetch_ahead(s: &[u8], off: usize) {
-    let p = s.as_ptr().wrapping_add(off.wrapping_add(PREFETCH_DISTANCE));
+    prefetch_at(s, off.wrapping_add(PREFETCH_DISTANCE));
+}
+
+/// Prefetches the cache line at `s[off]` (`prfm` never faults, so the address need not be in
+/// bounds).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn prefetch_at(s: &[u8], off: usize) {
+    let p = s.as_ptr().wrapping_add(off);
     // SAFETY: a prefetch hint reads nothing architecturally and never faults.
     unsafe {
         asm!("prfm pldl1keep, [{p}]", p = in(reg) p, options(nostack, preserves_flags, readonly));

@@ -12,22 +12,24 @@
 //! The weights stay in the file's block layout; nothing is repacked.
 
 use super::kquants::{q4_k_codes, q6_k_codes, q6_k_lanes};
-use super::{h2f, hsum8, idot16, load_f32, load_s8, prefetch_ahead, store_f32};
+use super::{h2f, hsum8, idot16, load_f32, load_s8, prefetch_at, store_f32};
 use crate::formats::q4_k::unpack_scales;
-use crate::kernels::{at, q8k_bsums, q8k_d};
+use crate::kernels::{at, q8k_bsums, q8k_d, rows8_prefetch_offset};
 use std::arch::aarch64::*;
 
 /// Bytes of a Q8_K activation block.
 const Y: usize = 292;
 
-/// Prefetches super-block `i` (of `bytes` bytes) of every row, the distance ahead the single
-/// dots prefetch.
+/// Prefetches, for each of the eight rows, the super-block (of `bytes` bytes) that the walk
+/// reaches [`super::PREFETCH_DISTANCE`] bytes after block `i` (see
+/// [`crate::kernels::rows8_prefetch_offset`]).
 #[inline]
 #[target_feature(enable = "neon")]
 fn prefetch_rows(w: &[&[u8]; 8], i: usize, bytes: usize) {
     for row in w {
+        let at = rows8_prefetch_offset(i, bytes, row.len(), super::PREFETCH_DISTANCE);
         for off in (0..bytes).step_by(64) {
-            prefetch_ahead(row, i * bytes + off);
+            prefetch_at(row, at + off);
         }
     }
 }
