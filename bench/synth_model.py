@@ -7,6 +7,12 @@ llama.cpp loads it too. Quantize it afterwards, e.g.
     python3 bench/synth_model.py /tmp/synth-1.5b-f16.gguf
     ./target/release/statelm quantize /tmp/synth-1.5b-f16.gguf /tmp/synth-1.5b-q4_k_m.gguf --type q4_k_m
 
+`--llama-1b` writes the shape of Llama 3.2 1B instead (architecture `llama`: hidden 2048, ffn
+8192, 16 layers, 32 heads / 8 KV heads, no q/k/v biases, RoPE base 500000, output tied to the
+token embedding). Its vocabulary is still the Qwen tokenizer's 151936 (Llama's is 128256: the
+tokenizer cannot be cut down without remapping its special tokens), so its embedding is 18%
+larger than the real model's.
+
 Needs the `gguf` and `numpy` packages (`scripts/test` installs them). The weights are random
 (normal, std 0.02; norms 1), so the model's text is noise: it measures speed, not quality.
 """
@@ -70,11 +76,16 @@ def main():
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--llama-1b", action="store_true", help="Llama 3.2 1B's shape and architecture")
     a = p.parse_args()
+    arch, biases, tied, rope_base = "qwen2", True, False, 1000000.0
+    if a.llama_1b:
+        arch, biases, tied, rope_base = "llama", False, True, 500000.0
+        a.hidden, a.ffn, a.layers, a.heads, a.kv_heads = 2048, 8192, 16, 32, 8
 
     rng = np.random.default_rng(a.seed)
-    w = gguf.GGUFWriter(a.out, "qwen2")
-    w.add_name("synthetic qwen2 (random weights)")
+    w = gguf.GGUFWriter(a.out, arch)
+    w.add_name(f"synthetic {arch} (random weights)")
     vocab = copy_tokenizer(w, a.tokenizer_from)
     w.add_context_length(32768)
     w.add_embedding_length(a.hidden)
@@ -82,7 +93,8 @@ def main():
     w.add_block_count(a.layers)
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
-    w.add_rope_freq_base(1000000.0)
+    w.add_rope_freq_base(rope_base)
+    w.add_rope_dimension_count(a.hidden // a.heads)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
@@ -99,19 +111,18 @@ def main():
     for i in range(a.layers):
         b = f"blk.{i}."
         vec(b + "attn_norm.weight", h, 1.0)
-        mat(b + "attn_q.weight", h, h)
-        vec(b + "attn_q.bias", h)
-        mat(b + "attn_k.weight", kv, h)
-        vec(b + "attn_k.bias", kv)
-        mat(b + "attn_v.weight", kv, h)
-        vec(b + "attn_v.bias", kv)
+        for t, rows in (("q", h), ("k", kv), ("v", kv)):
+            mat(b + f"attn_{t}.weight", rows, h)
+            if biases:
+                vec(b + f"attn_{t}.bias", rows)
         mat(b + "attn_output.weight", h, h)
         vec(b + "ffn_norm.weight", h, 1.0)
         mat(b + "ffn_gate.weight", a.ffn, h)
         mat(b + "ffn_up.weight", a.ffn, h)
         mat(b + "ffn_down.weight", h, a.ffn)
     vec("output_norm.weight", h, 1.0)
-    mat("output.weight", vocab, h)
+    if not tied:
+        mat("output.weight", vocab, h)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
