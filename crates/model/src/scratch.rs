@@ -247,9 +247,10 @@ impl ActsCache {
     /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
     /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
     /// batches then take the integer kernels; batches of at least
-    /// [`statelm_quant::GEMM_MIN_VECS`] take the int8 GEMM where the kernel table has a SIMD
-    /// micro-kernel for the weights (Q4_0/Q5_0/Q8_0, and Q4_K/Q5_K/Q6_K — the same integer
-    /// products; for Q4_K/Q5_K the very sums of decode), else the
+    /// [`statelm_quant::GEMM_MIN_VECS`] (K-quants: [`statelm_quant::I8_K_GEMM_MIN_VECS`]) take
+    /// the int8 GEMM where the kernel table has a SIMD micro-kernel for the weights
+    /// (Q4_0/Q5_0/Q8_0, and Q4_K/Q5_K/Q6_K — the same integer products; for Q4_K/Q5_K the
+    /// very sums of decode), else the
     /// f32 GEMM over the dequantized copy — the same products, summed in another order, several
     /// times faster.
     pub fn project(
@@ -264,7 +265,8 @@ impl ActsCache {
         let e = &mut self.entries[idx];
         let kernels = statelm_quant::Kernels::global();
         let large = self.f32_gemm && n >= statelm_quant::GEMM_MIN_VECS;
-        if large && kernels.prefers_i8_gemm(w.ty()) {
+        let i8_from = kernels.i8_gemm_min_vecs(w.ty());
+        if self.f32_gemm && i8_from.is_some_and(|m| n >= m) {
             kernels.matmul_i8(pool, w, &e.quantized, y)
         } else if large && kernels.prefers_f32_gemm() {
             let xq = fit(&mut e.dequantized, n * w.cols());

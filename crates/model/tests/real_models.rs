@@ -28,7 +28,8 @@ fn check_model(path: Option<PathBuf>, text: &str) {
         let fresh = model.forward_stateless(&all).unwrap();
         let d = max_diff(logits.last(), fresh.last());
         // Batched prefill and one-token decode quantize the same activations. Below
-        // GEMM_MIN_VECS tokens (this prompt) they run the same kernels; longer batches take
+        // GEMM_MIN_VECS tokens (I8_K_GEMM_MIN_VECS for K-quant weights; this prompt is
+        // shorter) they run the same kernels; longer batches take
         // GEMM paths that sum in another order, and the quantization steps (int8 activations,
         // the f16 GELU table) amplify that to ~0.1 mean |Δ| on Gemma.
         assert!(d < 0.05, "step {step}: stateful vs stateless differ by {d}");

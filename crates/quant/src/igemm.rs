@@ -36,6 +36,13 @@ use statelm_gguf::GgmlType;
 /// every token tile passes over them).
 pub(crate) const MAX_CHUNK_BYTES: usize = 1 << 20;
 
+/// Batch size from which K-quant products take the int8 GEMM (two micro-kernel tiles of
+/// tokens). On the synthetic 1.5B Q4_K_M file (`statelm bench --prefill 8,16,24`, 2 threads,
+/// two alternating rounds) the GEMM instead of single dots took pp16 from 16–18 to 29–32 tok/s
+/// and pp24 from 16–17 to 33–35; at 8 tokens the two were even (packing the rows costs about
+/// what eight single dots do).
+pub const I8_K_GEMM_MIN_VECS: usize = 2 * crate::kernels::I8_TILE_TOKENS;
+
 /// What unsigned codes of weight type `ty` overstate the signed ones by, for
 /// the types this GEMM takes.
 pub fn code_offset(ty: GgmlType) -> Option<u8> {
@@ -59,6 +66,22 @@ impl Kernels {
             return self.k_tile_is_fast();
         }
         code_offset(w).is_some_and(|o| o <= self.i8_fast_offset())
+    }
+
+    /// The batch size from which [`Kernels::matmul_i8`] should take products against weights
+    /// of type `w`, if it should at all ([`Kernels::prefers_i8_gemm`]): K-quants from
+    /// [`I8_K_GEMM_MIN_VECS`] (their single dots unpack every super-block again for each
+    /// vector, and the GEMM's Q4_K/Q5_K sums are the single dots' bit for bit), the legacy
+    /// formats from [`crate::GEMM_MIN_VECS`] (their small-batch tile kernels are cheap).
+    pub fn i8_gemm_min_vecs(&self, w: GgmlType) -> Option<usize> {
+        if !self.prefers_i8_gemm(w) {
+            return None;
+        }
+        Some(if crate::igemm_k::k_format(w).is_some() {
+            I8_K_GEMM_MIN_VECS
+        } else {
+            crate::GEMM_MIN_VECS
+        })
     }
 
     /// `y[i * rows + r] = w_r · x_i` for the `n` Q8_0 vectors in `acts`, as

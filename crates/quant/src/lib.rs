@@ -106,6 +106,7 @@ pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV, ISA_ENV}
 pub use error::QuantError;
 pub use formats::{can_quantize, dequantize_row, quantize_row};
 pub use gemm::{matmul_f32, BMatrix, GEMM_MIN_VECS};
+pub use igemm::I8_K_GEMM_MIN_VECS;
 pub use matrix::{QMatrix, QuantizedActs};
 pub use matvec::{matmul, matvec, matvec_f32, BatchOrder, MatvecJob};
 pub use pool::ThreadPool;
