@@ -76,12 +76,15 @@ def main():
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--llama-1b", action="store_true", help="Llama 3.2 1B's shape and architecture")
+    p.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2",
+                   help="llama: no q/k/v biases, RoPE base 500000, output tied to the embedding")
+    p.add_argument("--llama-1b", action="store_true",
+                   help="Llama 3.2 1B's shape and architecture (overrides the shape options)")
     a = p.parse_args()
-    arch, biases, tied, rope_base = "qwen2", True, False, 1000000.0
     if a.llama_1b:
-        arch, biases, tied, rope_base = "llama", False, True, 500000.0
-        a.hidden, a.ffn, a.layers, a.heads, a.kv_heads = 2048, 8192, 16, 32, 8
+        a.arch, a.hidden, a.ffn, a.layers, a.heads, a.kv_heads = "llama", 2048, 8192, 16, 32, 8
+    arch = a.arch
+    biases, tied, rope_base = (False, True, 500000.0) if arch == "llama" else (True, False, 1000000.0)
 
     rng = np.random.default_rng(a.seed)
     w = gguf.GGUFWriter(a.out, arch)
