@@ -126,3 +126,35 @@ fn ctrl_c_stops_the_generation_with_exit_130() {
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(err.contains("stop: interrupted]"), "{err}");
 }
+
+#[test]
+fn the_loop_guard_ends_a_repeating_answer_and_dry_breaks_it() {
+    let Some(model) = gemma() else { return };
+    let prompt = "A A A A A A A A A A A A";
+    let go = |extra: &[&str]| {
+        let mut args = vec!["run", "-m", &model, "-p", prompt, "-n", "80", "--json"];
+        args.extend(extra);
+        let o = run(&args, "");
+        assert!(o.status.success(), "{:?}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("JSON")
+    };
+    // Greedy Gemma repeats the letter to the end; off by default in `run`.
+    let plain = go(&[]);
+    assert_eq!(plain["stop_reason"], "max tokens", "{plain}");
+    let guarded = go(&["--loop-guard"]);
+    assert!(
+        guarded["stop_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("repetition"),
+        "{guarded}"
+    );
+    assert!(
+        guarded["generated_tokens"].as_u64().unwrap() < 80,
+        "{guarded}"
+    );
+    // DRY makes the answer leave the run of letters (sequences restart after newlines).
+    let dry = go(&["--dry-multiplier", "0.8"]);
+    let text = dry["text"].as_str().unwrap();
+    assert!(!text.contains(&"A ".repeat(12)), "{dry}");
+}

@@ -340,7 +340,8 @@ impl Actor {
         cancel: Arc<AtomicBool>,
     ) {
         let sid = req.session;
-        let mut job = Job::new(id, req, tx, cancel);
+        let breakers = self.core.breakers_for(&req.sampling);
+        let mut job = Job::new(id, req, tx, cancel, breakers);
         match self.core.sessions.get_mut(&sid) {
             None => {
                 job.phase = crate::job::Phase::Finished;

@@ -299,7 +299,7 @@ fn decode(
     core: &mut Core,
     mut logits: Logits,
 ) -> Result<Next, EngineError> {
-    let n = job.sampler.params().penalty_last_n;
+    let n = job.sampler.context_needed();
     let id = job.sampler.sample(logits.last_mut(), s.recent(n));
     job.logits = logits;
     let model = core.model.clone();
@@ -322,10 +322,16 @@ fn decode(
             return Ok(Next::Stop(StopReason::StopString(stop)));
         }
         StopOutcome::Continue { mut emit } => {
-            if job.generated >= job.max_tokens {
+            let looping =
+                job.sampler.params().loop_guard && crate::dry::is_looping(s.recent(job.generated));
+            if looping || job.generated >= job.max_tokens {
                 emit.push_str(&flush_text(job));
                 job.emit(Event::Token { id, text: emit });
-                return Ok(Next::Stop(StopReason::MaxTokens));
+                return Ok(Next::Stop(if looping {
+                    StopReason::Repetition
+                } else {
+                    StopReason::MaxTokens
+                }));
             }
             job.emit(Event::Token { id, text: emit });
         }

@@ -2,6 +2,7 @@
 //! session table, the counters and the memory accounting (admission control).
 
 use crate::config::EngineConfig;
+use crate::dry::Breakers;
 use crate::error::EngineError;
 use crate::events::{Event, SessionId};
 use crate::info::{EngineStats, RequestSample};
@@ -68,6 +69,9 @@ pub(crate) struct Core {
     pub last_footprint: Option<(Footprint, Option<u64>)>,
     /// The last real check had to make room: run resident sessions first.
     pub tight: bool,
+    /// DRY's breaker tokens for the last breaker strings asked for (one vocabulary scan per
+    /// distinct list, not per request).
+    pub dry_breakers: Option<(Vec<String>, Arc<Breakers>)>,
 }
 
 impl Core {
@@ -81,6 +85,7 @@ impl Core {
             footprint,
             last_footprint: None,
             tight: false,
+            dry_breakers: None,
             model,
             config,
             sessions: HashMap::new(),
@@ -94,6 +99,24 @@ impl Core {
             scratch_high_water: 0,
             tag: crate::rng::Rng::from_entropy().next_u64(),
         }
+    }
+
+    /// The breaker tokens DRY needs for `sampling` (none when DRY is off).
+    pub fn breakers_for(&mut self, sampling: &crate::SamplingParams) -> Arc<Breakers> {
+        if sampling.dry_multiplier <= 0.0 {
+            return Arc::default();
+        }
+        let wanted = &sampling.dry_sequence_breakers;
+        if let Some((strings, b)) = &self.dry_breakers {
+            if strings == wanted {
+                return b.clone();
+            }
+        }
+        let tok = self.model.tokenizer();
+        let pieces = (0..tok.vocab_size() as u32).map(|id| tok.token_bytes(id).unwrap_or(&[]));
+        let b = Arc::new(Breakers::new(pieces, wanted));
+        self.dry_breakers = Some((wanted.clone(), b.clone()));
+        b
     }
 
     /// Options of a new State.

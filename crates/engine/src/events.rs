@@ -48,6 +48,24 @@ pub enum StopReason {
     /// Memory pressure evicted the session's cache in the middle of the generation (a
     /// [`Event::CacheEvicted`] came first).
     Evicted,
+    /// The answer started to repeat itself back to back and the loop guard ended it
+    /// ([`crate::SamplingParams::loop_guard`]).
+    Repetition,
+}
+
+impl StopReason {
+    /// The reason's name in every front end's output (`eog`, `stop_string`, `max_tokens`,
+    /// `cancelled`, `evicted`, `repetition`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            StopReason::Eog => "eog",
+            StopReason::StopString(_) => "stop_string",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Cancelled => "cancelled",
+            StopReason::Evicted => "evicted",
+            StopReason::Repetition => "repetition",
+        }
+    }
 }
 
 /// Statistics of a finished generation (the last event of every successful stream).

@@ -79,7 +79,13 @@ pub(crate) struct Job {
 
 impl Job {
     /// A job for `req` streaming into `tx`.
-    pub fn new(id: RequestId, req: GenerateRequest, tx: EventTx, cancel: Arc<AtomicBool>) -> Job {
+    pub fn new(
+        id: RequestId,
+        req: GenerateRequest,
+        tx: EventTx,
+        cancel: Arc<AtomicBool>,
+        breakers: Arc<crate::dry::Breakers>,
+    ) -> Job {
         Job {
             id,
             session: req.session,
@@ -89,7 +95,7 @@ impl Job {
             phase: Phase::Start,
             logits: Logits::default(),
             input: Some(req.input),
-            sampler: Sampler::new(req.sampling),
+            sampler: Sampler::with_breakers(req.sampling, breakers),
             stop: StopMatcher::new(&req.stop),
             detok: None,
             max_tokens: req.max_tokens,

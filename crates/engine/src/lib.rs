@@ -44,6 +44,7 @@ mod budget;
 mod compute;
 mod config;
 mod core;
+pub mod dry;
 mod durable;
 mod error;
 mod events;

@@ -3,7 +3,8 @@
 //! The pipeline of [`Sampler::sample`] (the order matters and is fixed):
 //! 1. logit bias ([`apply_logit_bias`]),
 //! 2. repetition, frequency and presence penalties over the last `penalty_last_n` tokens of the
-//!    context ([`apply_penalties`], llama.cpp's definitions),
+//!    context ([`apply_penalties`], llama.cpp's definitions), then the DRY penalty over the last
+//!    `dry_last_n` ([`crate::dry`]),
 //! 3. temperature `<= 0`: greedy ([`argmax`], ties go to the lowest id) — nothing else applies,
 //! 4. top-k ([`top_k`]), then softmax at the temperature ([`softmax`]),
 //! 5. top-p ([`top_p`]), then min-p ([`min_p`]), renormalized ([`normalize`]),
@@ -13,6 +14,7 @@
 //! only the few candidates they keep. Ties are always broken by the lower token id, so the
 //! result depends only on the logits, the parameters and the random stream.
 
+use crate::dry::{Breakers, Dry};
 use crate::rng::Rng;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -43,6 +45,21 @@ pub struct SamplingParams {
     pub logit_bias: BTreeMap<u32, f32>,
     /// Seed of the random stream (`None`: seeded from the clock, not reproducible).
     pub seed: Option<u64>,
+    /// DRY repetition penalty scale (0: off; llama.cpp suggests 0.8): a token that would
+    /// extend a sequence already in the context loses `dry_multiplier · dry_base^(n −
+    /// dry_allowed_length)` (see [`crate::dry`]).
+    pub dry_multiplier: f32,
+    /// DRY growth per repeated token beyond the allowed length.
+    pub dry_base: f32,
+    /// Repeated sequences up to this long are not penalized by DRY.
+    pub dry_allowed_length: usize,
+    /// How many of the most recent context tokens DRY looks at.
+    pub dry_last_n: usize,
+    /// Strings whose tokens break DRY's sequences (newline, `:`, `"`, `*` by default).
+    pub dry_sequence_breakers: Vec<String>,
+    /// End the answer (stop reason `repetition`) once it repeats a block of tokens back to
+    /// back ([`crate::dry::is_looping`]). Not a sampling step: it ends the generation.
+    pub loop_guard: bool,
 }
 
 impl Default for SamplingParams {
@@ -58,6 +75,12 @@ impl Default for SamplingParams {
             penalty_last_n: 64,
             logit_bias: BTreeMap::new(),
             seed: None,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_last_n: 1024,
+            dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
+            loop_guard: false,
         }
     }
 }
@@ -423,18 +446,40 @@ pub fn distribution(logits: &[f32], params: &SamplingParams) -> Vec<Candidate> {
     cands
 }
 
-/// A sampler for one generation: the parameters and their random stream.
+/// A sampler for one generation: the parameters, their random stream and DRY's breakers.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
+    breakers: std::sync::Arc<Breakers>,
 }
 
 impl Sampler {
-    /// A sampler seeded with `params.seed` (or from the clock).
+    /// A sampler seeded with `params.seed` (or from the clock), without DRY breaker tokens.
     pub fn new(params: SamplingParams) -> Sampler {
+        Sampler::with_breakers(params, std::sync::Arc::default())
+    }
+
+    /// A sampler whose DRY penalty stops sequences at `breakers` (the tokens of
+    /// `params.dry_sequence_breakers` in the model's vocabulary).
+    pub fn with_breakers(params: SamplingParams, breakers: std::sync::Arc<Breakers>) -> Sampler {
         let rng = params.seed.map_or_else(Rng::from_entropy, Rng::new);
-        Sampler { params, rng }
+        Sampler {
+            params,
+            rng,
+            breakers,
+        }
+    }
+
+    /// How many recent context tokens [`Sampler::sample`] needs.
+    pub fn context_needed(&self) -> usize {
+        let p = &self.params;
+        let dry = if p.dry_multiplier > 0.0 {
+            p.dry_last_n
+        } else {
+            0
+        };
+        p.penalty_last_n.max(dry)
     }
 
     /// The parameters.
@@ -443,9 +488,18 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` (modified in place by bias and penalties); `recent`
-    /// is the context so far (the penalties look at its last `penalty_last_n` tokens).
+    /// is the context so far (the penalties look at its last `penalty_last_n` tokens, DRY at
+    /// its last `dry_last_n`).
     pub fn sample(&mut self, logits: &mut [f32], recent: &[u32]) -> u32 {
         adjust_logits(logits, &self.params, recent);
+        let p = &self.params;
+        let dry = Dry {
+            multiplier: p.dry_multiplier,
+            base: p.dry_base,
+            allowed_length: p.dry_allowed_length,
+        };
+        let start = recent.len().saturating_sub(p.dry_last_n);
+        dry.apply(logits, &recent[start..], &self.breakers);
         if self.params.is_greedy() {
             return argmax(logits);
         }

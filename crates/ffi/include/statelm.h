@@ -291,6 +291,11 @@ typedef enum StatelmStopReason {
    * A reason this version of the C API does not model; see `json`.
    */
   STATELM_STOP_REASON_OTHER = 6,
+  /**
+   * The answer repeated itself back to back and the loop guard (`"loop_guard": true`)
+   * ended it.
+   */
+  STATELM_STOP_REASON_REPETITION = 7,
 } StatelmStopReason;
 
 /**

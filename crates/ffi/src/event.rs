@@ -64,6 +64,9 @@ pub enum StatelmStopReason {
     Evicted = 5,
     /// A reason this version of the C API does not model; see `json`.
     Other = 6,
+    /// The answer repeated itself back to back and the loop guard (`"loop_guard": true`)
+    /// ended it.
+    Repetition = 7,
 }
 
 /// One event of a generation, passed to its `StatelmEventCallback`.
@@ -124,14 +127,16 @@ fn trim_method(m: TrimMethod) -> &'static str {
 }
 
 fn stop_reason(r: &StopReason) -> (StatelmStopReason, &'static str) {
-    match r {
-        StopReason::Eog => (StatelmStopReason::Eog, "eog"),
-        StopReason::StopString(_) => (StatelmStopReason::StopString, "stop_string"),
-        StopReason::MaxTokens => (StatelmStopReason::MaxTokens, "max_tokens"),
-        StopReason::Cancelled => (StatelmStopReason::Cancelled, "cancelled"),
-        StopReason::Evicted => (StatelmStopReason::Evicted, "evicted"),
-        _ => (StatelmStopReason::Other, "other"),
-    }
+    let code = match r {
+        StopReason::Eog => StatelmStopReason::Eog,
+        StopReason::StopString(_) => StatelmStopReason::StopString,
+        StopReason::MaxTokens => StatelmStopReason::MaxTokens,
+        StopReason::Cancelled => StatelmStopReason::Cancelled,
+        StopReason::Evicted => StatelmStopReason::Evicted,
+        StopReason::Repetition => StatelmStopReason::Repetition,
+        _ => StatelmStopReason::Other,
+    };
+    (code, r.name())
 }
 
 fn done_json(d: &DoneStats) -> serde_json::Value {

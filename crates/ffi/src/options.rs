@@ -264,7 +264,9 @@ enum StopJson {
 /// A request on `session` from `input` and the generation parameters: `max_tokens`
 /// (default [`DEFAULT_MAX_TOKENS`]), `stop` (a string or an array), and the sampling fields
 /// of [`SamplingParams`] (`temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`,
-/// `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`, `seed`).
+/// `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`, `seed`,
+/// `dry_multiplier`, `dry_base`, `dry_allowed_length`, `dry_last_n`, `dry_sequence_breakers`,
+/// `loop_guard`).
 pub(crate) fn request(
     session: u64,
     input: Input,

@@ -313,3 +313,83 @@ fn the_device_profile_reports_this_machine() {
     }
     assert!(v["cpu_count"].as_u64().unwrap() >= 1, "{json}");
 }
+
+/// The stop reason and JSON of a DONE event, and the number of tokens before it.
+#[derive(Default)]
+struct Done {
+    reason: Mutex<Option<(StatelmStopReason, String)>>,
+    tokens: Mutex<usize>,
+}
+
+unsafe extern "C" fn on_done(user_data: *mut c_void, ev: *const StatelmEvent) {
+    // SAFETY: `user_data` is the test's `Done`, alive until the request is waited for; `ev`
+    // and its JSON are valid during the call.
+    let (done, ev) = unsafe { (&*(user_data as *const Done), &*ev) };
+    match ev.kind {
+        StatelmEventKind::Token => *done.tokens.lock().unwrap() += 1,
+        StatelmEventKind::Done => {
+            // SAFETY: DONE events carry a NUL-terminated JSON string.
+            let json = unsafe { CStr::from_ptr(ev.json) }
+                .to_string_lossy()
+                .into_owned();
+            *done.reason.lock().unwrap() = Some((ev.stop_reason, json));
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_loop_guard_and_dry_are_params() {
+    let f = fixture();
+    let s = session(f.engine);
+    // One token forced at every step: an answer that repeats itself.
+    let run = |params: &CStr| {
+        let done = Done::default();
+        let mut req = 0;
+        // SAFETY: valid C strings, callback, `done` outlives the request (waited for below).
+        let rc = unsafe {
+            statelm_generate(
+                f.engine,
+                s,
+                c"{\"prompt\":\"hello\"}".as_ptr(),
+                params.as_ptr(),
+                Some(on_done),
+                std::ptr::from_ref(&done).cast_mut().cast(),
+                &mut req,
+            )
+        };
+        assert_eq!(rc, STATELM_OK, "{}", last_error());
+        assert_eq!(statelm_wait(f.engine, req, 60_000), STATELM_OK);
+        let reason = done.reason.lock().unwrap().clone().expect("a DONE event");
+        let tokens = *done.tokens.lock().unwrap();
+        (reason, tokens)
+    };
+    let forced = r#""max_tokens":100,"temperature":0,"logit_bias":{"5":100}"#;
+    let params = CString::new(format!("{{{forced},\"loop_guard\":true}}")).unwrap();
+    let ((code, json), tokens) = run(&params);
+    assert_eq!(code, StatelmStopReason::Repetition, "{json}");
+    assert!(json.contains("\"stop_reason\":\"repetition\""), "{json}");
+    assert!(tokens < 100, "{tokens}");
+    let params = CString::new(format!("{{{forced},\"dry_multiplier\":0.8}}")).unwrap();
+    let ((code, json), tokens) = run(&params);
+    assert_eq!(
+        (code, tokens),
+        (StatelmStopReason::MaxTokens, 100),
+        "{json}"
+    );
+    // A typo in a field name is refused, as for every other field.
+    let mut req = 0;
+    // SAFETY: as above; the call fails before anything runs.
+    let rc = unsafe {
+        statelm_generate(
+            f.engine,
+            s,
+            c"{\"prompt\":\"hello\"}".as_ptr(),
+            c"{\"loop_gaurd\":true}".as_ptr(),
+            None,
+            null_mut(),
+            &mut req,
+        )
+    };
+    assert_ne!(rc, STATELM_OK);
+}

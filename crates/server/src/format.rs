@@ -72,14 +72,7 @@ pub(crate) fn finish_reason(r: &StopReason) -> &'static str {
 
 /// statelm's name of a stop reason.
 fn stop_reason_name(r: &StopReason) -> &'static str {
-    match r {
-        StopReason::Eog => "eog",
-        StopReason::StopString(_) => "stop_string",
-        StopReason::MaxTokens => "max_tokens",
-        StopReason::Cancelled => "cancelled",
-        StopReason::Evicted => "evicted",
-        _ => "other",
-    }
+    r.name()
 }
 
 /// The `usage` object.

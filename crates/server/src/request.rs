@@ -45,6 +45,14 @@ pub(crate) struct Common {
     pub n: Option<i64>,
     /// OpenAI's end-user id: with durable sessions, the conversation's name.
     pub user: Option<String>,
+    /// DRY repetition penalty (llama.cpp's server names; see `SamplingParams`).
+    pub dry_multiplier: Option<f64>,
+    pub dry_base: Option<f64>,
+    pub dry_allowed_length: Option<i64>,
+    pub dry_penalty_last_n: Option<i64>,
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    /// End an answer that repeats itself (finish reason `stop`, statelm reason `repetition`).
+    pub loop_guard: Option<bool>,
 }
 
 /// Message content: a string, or an array of `{"type": "text", "text": ...}` parts.
@@ -304,7 +312,44 @@ impl Common {
             p.logit_bias.insert(id, bias);
         }
         p.seed = self.seed.map(|s| s as u64);
+        self.dry(&mut p)?;
         Ok(p)
+    }
+
+    /// The DRY fields and the loop guard.
+    fn dry(&self, p: &mut SamplingParams) -> Result<(), ApiError> {
+        if let Some(v) = in_range("dry_multiplier", self.dry_multiplier, 0.0, 10.0)? {
+            p.dry_multiplier = v;
+        }
+        if let Some(v) = in_range("dry_base", self.dry_base, 1.0, 10.0)? {
+            p.dry_base = v;
+        }
+        let count = |name: &str, v: Option<i64>| match v {
+            Some(n) if !(0..=1 << 20).contains(&n) => Err(ApiError::bad_param(
+                name,
+                format!("{name} must be between 0 and {} (got {n})", 1 << 20),
+            )),
+            _ => Ok(v.map(|n| n as usize)),
+        };
+        if let Some(n) = count("dry_allowed_length", self.dry_allowed_length)? {
+            p.dry_allowed_length = n;
+        }
+        if let Some(n) = count("dry_penalty_last_n", self.dry_penalty_last_n)? {
+            p.dry_last_n = n;
+        }
+        if let Some(b) = &self.dry_sequence_breakers {
+            if b.len() > 64 || b.iter().any(|s| s.is_empty() || s.len() > 64) {
+                return Err(ApiError::bad_param(
+                    "dry_sequence_breakers",
+                    "dry_sequence_breakers takes at most 64 non-empty strings of at most 64 bytes",
+                ));
+            }
+            p.dry_sequence_breakers = b.clone();
+        }
+        if let Some(g) = self.loop_guard {
+            p.loop_guard = g;
+        }
+        Ok(())
     }
 }
 

@@ -65,6 +65,9 @@ pub struct ChatArgs {
     /// Random seed (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+    /// Repetition control (on by default in chat).
+    #[command(flatten)]
+    repetition: crate::commands::repetition::RepetitionArgs,
     /// KV cache type.
     #[arg(long, default_value = "f16", value_parser = parse_kv)]
     kv_type: KvType,
@@ -395,11 +398,13 @@ impl<'a> Repl<'a> {
     }
 
     fn sampling(&self) -> SamplingParams {
-        SamplingParams {
+        let mut p = SamplingParams {
             temperature: self.args.temp,
             seed: self.args.seed,
             ..SamplingParams::default()
-        }
+        };
+        self.args.repetition.apply(&mut p, true);
+        p
     }
 
     /// One user message and its streamed answer.

@@ -10,6 +10,7 @@ pub mod perplexity;
 pub mod plan;
 pub mod pull;
 pub mod quantize;
+pub(crate) mod repetition;
 pub mod run;
 pub mod serve;
 pub mod tokenize;

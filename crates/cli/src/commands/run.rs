@@ -53,6 +53,9 @@ pub struct RunArgs {
     /// Drop tokens less likely than this fraction of the best one (0: off).
     #[arg(long, default_value_t = 0.05, value_parser = unit_interval)]
     min_p: f32,
+    /// Repetition control.
+    #[command(flatten)]
+    repetition: crate::commands::repetition::RepetitionArgs,
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
@@ -319,6 +322,7 @@ pub(crate) fn stop_name(r: &StopReason) -> String {
         StopReason::MaxTokens => "max tokens".into(),
         StopReason::Cancelled => "interrupted".into(),
         StopReason::Evicted => "cache evicted".into(),
+        StopReason::Repetition => "repetition (the answer repeated itself)".into(),
         other => format!("{other:?}"),
     }
 }
@@ -332,14 +336,16 @@ pub(crate) fn exit_interrupted() -> ! {
 
 impl RunArgs {
     fn sampling(&self) -> SamplingParams {
-        SamplingParams {
+        let mut p = SamplingParams {
             temperature: self.temp,
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
             seed: self.seed,
             ..SamplingParams::default()
-        }
+        };
+        self.repetition.apply(&mut p, false);
+        p
     }
 
     fn input(&self) -> Input {

@@ -186,3 +186,50 @@ async fn shutdown_lets_streams_end_then_cancels_them() {
     // No longer accepting.
     assert!(tokio::net::TcpStream::connect(a).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_guard_and_dry_are_request_fields() {
+    let Some(server) = start(|_, _| {}).await else {
+        return;
+    };
+    let a = server.addr;
+    let post = |extra: Value| async move {
+        let mut body = json!({"prompt": "A A A A A A A A A A A A", "max_tokens": 80,
+                              "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        request(
+            a,
+            "POST",
+            "/v1/completions",
+            Some(KEY),
+            body.to_string().as_bytes(),
+        )
+        .await
+    };
+    let r = post(json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["statelm"]["stop_reason"], "max_tokens");
+    let r = post(json!({"loop_guard": true})).await;
+    let v = r.json();
+    assert_eq!(v["statelm"]["stop_reason"], "repetition", "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() < 80,
+        "{v}"
+    );
+    let r = post(json!({"dry_multiplier": 0.8, "dry_sequence_breakers": ["\n"]})).await;
+    let v = r.json();
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    assert!(!text.contains(&"A ".repeat(12)), "{v}");
+    for bad in [
+        json!({"dry_multiplier": -1}),
+        json!({"dry_base": 0.5}),
+        json!({"dry_allowed_length": -2}),
+        json!({"dry_sequence_breakers": [""]}),
+    ] {
+        let r = post(bad.clone()).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+}
