@@ -362,7 +362,7 @@ fn chat(addr: &str, user: &str, messages: &[(&str, &str)], max_tokens: usize) ->
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     write!(
         s,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )

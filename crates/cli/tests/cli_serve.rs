@@ -11,7 +11,7 @@ fn post(addr: &str, path: &str, key: &str, body: &str) -> String {
     let mut s = TcpStream::connect(addr).expect("connect");
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {key}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {key}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -72,7 +72,7 @@ fn pressure(addr: &str) -> String {
     let mut s = TcpStream::connect(addr).expect("connect");
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer k3y\r\n\r\n"
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer k3y\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();

@@ -36,6 +36,12 @@ pub struct ServerConfig {
     pub durable_sessions: bool,
     /// On shutdown, how long in-flight generations may run before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Host names requests may address the server by, besides IP addresses and `localhost`
+    /// (other `Host` headers get 403: the DNS-rebinding guard).
+    pub allowed_hosts: Vec<String>,
+    /// Web origins whose cross-origin requests are allowed (`*`: any), with CORS headers;
+    /// other requests carrying an `Origin` that is not the server itself get 403.
+    pub cors_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -52,13 +58,16 @@ impl std::fmt::Debug for ServerConfig {
             .field("token_budget", &self.token_budget)
             .field("durable_sessions", &self.durable_sessions)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("cors_origins", &self.cors_origins)
             .finish()
     }
 }
 
 impl ServerConfig {
     /// Defaults: no API key, 1 MiB bodies, prompts up to 32768 tokens, `max_tokens` up to
-    /// 8192 (default 1024), 16 sessions, the engine's token budget, 10 s shutdown grace.
+    /// 8192 (default 1024), 16 sessions, the engine's token budget, 10 s shutdown grace, no
+    /// host names beyond `localhost` and no cross-origin callers.
     /// The model's `general.name` is accepted as an alias.
     pub fn new(model: Arc<Model>, model_id: impl Into<String>) -> ServerConfig {
         let mut aliases = Vec::new();
@@ -78,6 +87,8 @@ impl ServerConfig {
             token_budget: None,
             durable_sessions: false,
             shutdown_grace: Duration::from_secs(10),
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
         }
     }
 

@@ -33,6 +33,10 @@ pub(crate) fn build(app: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(app.cfg.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            crate::guard::browser_guard,
+        ))
         .layer(middleware::from_fn_with_state(app.clone(), count_responses))
         .with_state(app)
 }
@@ -46,14 +50,20 @@ fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// The token of an `Authorization: Bearer TOKEN` value (the scheme is case-insensitive, as
+/// HTTP says).
+fn bearer_token(v: &str) -> Option<&str> {
+    let (scheme, token) = v.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 async fn authenticate(State(app): App, req: Request, next: Next) -> Response {
     if let Some(key) = &app.cfg.api_key {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         match given {
             None => {
                 return ApiError::unauthorized(
@@ -241,7 +251,17 @@ async fn metrics(State(app): App) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{bearer_token, constant_time_eq};
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer k3y", "bearer k3y", "BEARER  k3y ", " Bearer k3y"] {
+            assert_eq!(bearer_token(v), Some("k3y"), "{v:?}");
+        }
+        for v in ["Basic k3y", "Bearerk3y", "k3y", ""] {
+            assert_eq!(bearer_token(v), None, "{v:?}");
+        }
+    }
 
     #[test]
     fn key_comparison() {

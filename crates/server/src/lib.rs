@@ -32,6 +32,7 @@ mod config;
 mod error;
 mod format;
 mod generate;
+mod guard;
 mod handlers;
 mod metrics;
 mod request;

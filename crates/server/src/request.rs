@@ -53,6 +53,58 @@ pub(crate) struct Common {
     pub dry_sequence_breakers: Option<Vec<String>>,
     /// End an answer that repeats itself (finish reason `stop`, statelm reason `repetition`).
     pub loop_guard: Option<bool>,
+    /// OpenAI fields that would change what the reply means, which this server does not
+    /// implement: refused with a 400 naming them unless they ask for nothing.
+    #[serde(flatten)]
+    pub unsupported: Unsupported,
+}
+
+/// The OpenAI request fields statelm does not implement and that change a reply's meaning.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Unsupported {
+    logprobs: Option<serde_json::Value>,
+    top_logprobs: Option<serde_json::Value>,
+    echo: Option<serde_json::Value>,
+    suffix: Option<serde_json::Value>,
+    best_of: Option<serde_json::Value>,
+    response_format: Option<serde_json::Value>,
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
+    functions: Option<serde_json::Value>,
+    function_call: Option<serde_json::Value>,
+}
+
+impl Unsupported {
+    /// A 400 naming the first field that asks for something unsupported. Values that ask for
+    /// nothing (`false`, `0`, `1` for `best_of`, `[]`, `"none"`, a `text` response format,
+    /// an empty suffix, `null`) pass.
+    fn check(&self) -> Result<(), ApiError> {
+        use serde_json::Value as V;
+        let asks = |v: &Option<V>, none: &[V]| {
+            v.as_ref()
+                .is_some_and(|v| !v.is_null() && !none.contains(v) && v != &V::Array(vec![]))
+        };
+        let text_format = serde_json::json!({"type": "text"});
+        let fields: [(&str, &Option<V>, Vec<V>); 10] = [
+            ("logprobs", &self.logprobs, vec![V::Bool(false), 0.into()]),
+            ("top_logprobs", &self.top_logprobs, vec![0.into()]),
+            ("echo", &self.echo, vec![V::Bool(false)]),
+            ("suffix", &self.suffix, vec!["".into()]),
+            ("best_of", &self.best_of, vec![1.into()]),
+            ("response_format", &self.response_format, vec![text_format]),
+            ("tools", &self.tools, vec![]),
+            ("tool_choice", &self.tool_choice, vec!["none".into()]),
+            ("functions", &self.functions, vec![]),
+            ("function_call", &self.function_call, vec!["none".into()]),
+        ];
+        match fields.iter().find(|(_, v, none)| asks(v, none)) {
+            Some((name, ..)) => Err(ApiError::bad_param(
+                name,
+                format!("{name} is not supported by this server"),
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Message content: a string, or an array of `{"type": "text", "text": ...}` parts.
@@ -198,6 +250,7 @@ fn text_of_parts(parts: &[serde_json::Value], i: usize) -> Result<String, ApiErr
 impl Common {
     /// Checks every parameter (but the model name).
     pub fn validate(&self, limits: &Limits) -> Result<Params, ApiError> {
+        self.unsupported.check()?;
         if let Some(n) = self.n {
             if n != 1 {
                 return Err(ApiError::bad_param(
@@ -277,6 +330,13 @@ impl Common {
             p.min_p = v;
         }
         if let Some(v) = in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
+            if v <= 0.0 {
+                // Dividing by it would turn every recent token's logit into +inf.
+                return Err(ApiError::bad_param(
+                    "repeat_penalty",
+                    "repeat_penalty must be greater than 0 (1 turns it off)",
+                ));
+            }
             p.repeat_penalty = v;
         }
         if let Some(v) = in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)? {

@@ -54,11 +54,39 @@ fn bad_parameters_are_400s_naming_the_field() {
         (r#"{"logit_bias": {"5": 101}}"#, "logit_bias"),
         (r#"{"stop": ["a", "b", "c", "d", "e"]}"#, "stop"),
         (r#"{"presence_penalty": 2.5}"#, "presence_penalty"),
+        (r#"{"repeat_penalty": 0}"#, "repeat_penalty"),
+        (r#"{"dry_multiplier": -1}"#, "dry_multiplier"),
+        (r#"{"logprobs": true}"#, "logprobs"),
+        (r#"{"top_logprobs": 3}"#, "top_logprobs"),
+        (r#"{"echo": true}"#, "echo"),
+        (r#"{"suffix": "}"}"#, "suffix"),
+        (r#"{"best_of": 3}"#, "best_of"),
+        (
+            r#"{"response_format": {"type": "json_object"}}"#,
+            "response_format",
+        ),
+        (r#"{"tools": [{"type": "function"}]}"#, "tools"),
+        (r#"{"tool_choice": "auto"}"#, "tool_choice"),
+        (r#"{"functions": [{}]}"#, "functions"),
+        (r#"{"function_call": "auto"}"#, "function_call"),
     ] {
         let e = common(json).validate(&LIMITS).unwrap_err();
         assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{json}");
         assert_eq!(e.param.as_deref(), Some(param), "{json}");
     }
+}
+
+#[test]
+fn unsupported_fields_that_ask_for_nothing_pass() {
+    let p = common(
+        r#"{"logprobs": false, "top_logprobs": 0, "echo": false, "suffix": "", "best_of": 1,
+            "response_format": {"type": "text"}, "tools": [], "tool_choice": "none",
+            "functions": [], "function_call": null, "dry_multiplier": 0.8, "loop_guard": true}"#,
+    )
+    .validate(&LIMITS)
+    .unwrap();
+    assert_eq!(p.sampling.dry_multiplier, 0.8);
+    assert!(p.sampling.loop_guard);
 }
 
 #[test]

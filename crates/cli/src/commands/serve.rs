@@ -71,6 +71,14 @@ pub struct ServeArgs {
     /// with mode 0700): they survive a crash or a kill of the server.
     #[arg(long, value_name = "DIR")]
     session_dir: Option<std::path::PathBuf>,
+    /// A host name clients may address the server by (repeatable); IP addresses and
+    /// localhost always work, other Host headers get 403 (the DNS-rebinding guard).
+    #[arg(long, value_name = "NAME")]
+    allowed_host: Vec<String>,
+    /// A web origin allowed to call the server from a browser (repeatable; "*": any), with
+    /// CORS headers; other cross-origin requests get 403.
+    #[arg(long, value_name = "ORIGIN")]
+    cors_origin: Vec<String>,
 }
 
 /// Runs the command.
@@ -107,6 +115,8 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
     cfg.max_tokens_limit = args.max_tokens_limit.max(1);
     cfg.default_max_tokens = cfg.default_max_tokens.min(cfg.max_tokens_limit);
     cfg.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    cfg.allowed_hosts = args.allowed_host.clone();
+    cfg.cors_origins = args.cors_origin.clone();
     let auth = if cfg.api_key.is_some() {
         "API key required"
     } else {
@@ -119,6 +129,13 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!("statelm: serving {id} on http://{local}/v1 ({auth}; Ctrl-C to stop)");
+        if !local.ip().is_loopback() && cfg.api_key.is_none() {
+            eprintln!(
+                "statelm: WARNING: listening on {} without --api-key: anyone who can reach this \
+                 address can use the model and read its conversations' cached prefixes",
+                local.ip()
+            );
+        }
         statelm_server::serve(listener, engine, cfg).await?;
         eprintln!("statelm: stopped");
         Ok(())

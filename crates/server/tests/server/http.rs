@@ -40,7 +40,7 @@ impl Resp {
 fn head(method: &str, path: &str, key: Option<&str>, len: usize) -> String {
     let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
     format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{auth}\
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\
          Content-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
     )
 }
@@ -156,4 +156,13 @@ pub fn sse_data(body: &str) -> Vec<Value> {
         .filter_map(|l| l.strip_prefix("data: "))
         .map(|d| serde_json::from_str(d).unwrap_or(Value::String(d.to_string())))
         .collect()
+}
+
+/// Sends `raw` (a whole request, head and body) and reads the response.
+pub async fn raw(addr: SocketAddr, raw: &str) -> Resp {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(raw.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf).await;
+    parse(&buf)
 }
