@@ -173,8 +173,7 @@ impl Sessions {
     }
 
     async fn create(self: &Arc<Self>) -> Result<SessionId, ApiError> {
-        let created = self.engine.create_session(self.opts.clone()).await;
-        match self.register(created, None) {
+        match self.settle(None, None).await? {
             Err(e @ EngineError::TooManySessions { .. }) => Err(ApiError::overloaded(format!(
                 "{e}; all sessions of this server are busy"
             ))),
@@ -241,12 +240,7 @@ impl Sessions {
         };
         let (id, expected_reuse) = match found {
             Some(taken) => taken,
-            None => {
-                if let Some(v) = victim {
-                    let _ = self.engine.close_session(v).await;
-                }
-                (self.open_named(name).await?, 0)
-            }
+            None => (self.settle(victim, Some(name.to_string())).await??, 0),
         };
         Ok(Lease {
             pool: self.clone(),
@@ -257,9 +251,34 @@ impl Sessions {
         })
     }
 
-    async fn open_named(self: &Arc<Self>, name: &str) -> Result<SessionId, ApiError> {
-        let opened = self.engine.open_session(name, self.opts.clone()).await;
-        Ok(self.register(opened, Some(name))?)
+    /// Ends a pending creation counted in `creating`: closes `victim` (if any), then opens the
+    /// durable session `name` or creates an anonymous one, and registers it — in a task of its
+    /// own, so that a caller which goes away meanwhile (a client disconnecting) can neither
+    /// leave `creating` up nor the engine's new session outside the pool: what nobody waits
+    /// for any more joins the pool idle. The outer error: the task itself failed.
+    async fn settle(
+        self: &Arc<Self>,
+        victim: Option<SessionId>,
+        name: Option<String>,
+    ) -> Result<Result<SessionId, EngineError>, ApiError> {
+        let pool = self.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            if let Some(v) = victim {
+                let _ = pool.engine.close_session(v).await;
+            }
+            let opts = pool.opts.clone();
+            let made = match &name {
+                Some(n) => pool.engine.open_session(n, opts).await,
+                None => pool.engine.create_session(opts).await,
+            };
+            let registered = pool.register(made, name.as_deref());
+            if let Err(Ok(id)) = tx.send(registered) {
+                pool.release(id, Vec::new(), false);
+            }
+        });
+        rx.await
+            .map_err(|_| ApiError::internal("creating a session failed unexpectedly"))
     }
 
     fn release(&self, id: SessionId, history: Vec<u32>, trimmed: bool) {

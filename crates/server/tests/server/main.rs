@@ -6,4 +6,5 @@ mod clients;
 mod common;
 mod errors;
 mod http;
+mod leaks;
 mod lifecycle;
