@@ -101,19 +101,24 @@ pub(crate) fn plan_prefill(
     Ok(Some(plan))
 }
 
-/// Plans the trim before decoding one more token into a State of `state_len` tokens:
-/// `Some((keep_prefix, keep_suffix))` when `state_len + 1` would pass the budget. Keeps the
-/// pinned prefix and the most recent half of the budget.
+/// Plans the trim before decoding one more token into a State of `state_len` tokens, when
+/// the answer may still feed `remaining` tokens (this one included): `Some((keep_prefix,
+/// keep_suffix))` when `state_len + 1` would pass the budget. Keeps the pinned prefix and as
+/// many of the most recent tokens as leave room for the rest of the answer — so one trim
+/// serves the whole answer instead of one every few tokens — but at least half the budget
+/// (an answer longer than that is trimmed again when it fills the budget once more).
 pub(crate) fn plan_decode(
     state_len: usize,
     pinned: usize,
     budget: usize,
+    remaining: usize,
 ) -> Option<(usize, usize)> {
     if state_len < budget {
         return None;
     }
     let p = effective_pinned(pinned, budget).min(state_len);
-    let s = (budget / 2).min(budget - p - 1).min(state_len - p);
+    let room = budget.saturating_sub(p + remaining);
+    let s = room.max(budget / 2).min(budget - p - 1).min(state_len - p);
     Some((p, s))
 }
 
@@ -125,7 +130,7 @@ mod tests {
     #[test]
     fn fits_without_trimming() {
         assert_eq!(plan_prefill(100, 50, 10, 200, 16), Ok(None));
-        assert_eq!(plan_decode(199, 10, 200), None);
+        assert_eq!(plan_decode(199, 10, 200, 50), None);
     }
 
     #[test]
@@ -157,8 +162,16 @@ mod tests {
 
     #[test]
     fn decode_trim_keeps_pinned_and_half() {
-        assert_eq!(plan_decode(200, 10, 200), Some((10, 100)));
-        assert_eq!(plan_decode(200, 150, 200), Some((100, 99)));
+        assert_eq!(plan_decode(200, 10, 200, 1000), Some((10, 100)));
+        assert_eq!(plan_decode(200, 150, 200, 1000), Some((100, 99)));
+    }
+
+    #[test]
+    fn decode_trim_makes_room_for_the_rest_of_the_answer_once() {
+        // 30 tokens to go: keep 10 pinned + 160 recent, so 170 + 30 stays within 200.
+        assert_eq!(plan_decode(200, 10, 200, 30), Some((10, 160)));
+        // Never below half the budget, however long the answer may still run.
+        assert_eq!(plan_decode(200, 10, 200, 150), Some((10, 100)));
     }
 
     #[test]
@@ -199,12 +212,22 @@ mod tests {
         }
 
         #[test]
-        fn decode_plans_make_room(state_len in 8usize..600, pinned in 0usize..300, budget in 8usize..512) {
-            match plan_decode(state_len, pinned, budget) {
+        fn decode_plans_make_room(
+            state_len in 8usize..600,
+            pinned in 0usize..300,
+            budget in 8usize..512,
+            remaining in 1usize..600,
+        ) {
+            match plan_decode(state_len, pinned, budget, remaining) {
                 None => prop_assert!(state_len < budget),
                 Some((p, s)) => {
                     prop_assert!(p + s < state_len);
                     prop_assert!(p + s < budget);
+                    prop_assert!(s >= (budget / 2).min(budget - p - 1).min(state_len - p));
+                    // One trim serves the rest of the answer whenever that keeps half the budget.
+                    if p + remaining + budget / 2 <= budget && state_len >= budget {
+                        prop_assert!(p + s + remaining <= budget);
+                    }
                 }
             }
         }

@@ -345,7 +345,8 @@ fn decode(
 /// Trims the State before it passes the budget during decoding.
 fn decode_trim(job: &mut Job, s: &mut Session, core: &mut Core) {
     let budget = s.effective_budget(core.factor);
-    let Some((p, keep)) = budget::plan_decode(s.state_len(), s.pinned, budget) else {
+    let remaining = job.max_tokens.saturating_sub(job.generated) + 1;
+    let Some((p, keep)) = budget::plan_decode(s.state_len(), s.pinned, budget, remaining) else {
         return;
     };
     if let Some((dropped, kept, reprefill)) = s.trim(p, keep) {

@@ -102,6 +102,10 @@ pub use statelm_governor::DEFAULT_PRESSURE_HOLD;
 /// The smallest token budget the engine accepts.
 pub const MIN_TOKEN_BUDGET: usize = 8;
 
+/// The largest `queue_depth` and `stream_buffer` (larger values are brought down to it: the
+/// channels behind them refuse sizes near `usize::MAX`, and no caller needs more).
+pub const MAX_QUEUE: usize = 1 << 16;
+
 impl EngineConfig {
     /// The configuration with every value brought into its valid range.
     pub(crate) fn sanitized(mut self) -> EngineConfig {
@@ -110,9 +114,34 @@ impl EngineConfig {
         self.token_budget = self
             .token_budget
             .clamp(MIN_TOKEN_BUDGET, self.session_capacity);
-        self.queue_depth = self.queue_depth.max(1);
-        self.stream_buffer = self.stream_buffer.max(4);
+        self.queue_depth = self.queue_depth.clamp(1, MAX_QUEUE);
+        self.stream_buffer = self.stream_buffer.clamp(4, MAX_QUEUE);
         self.prefill_chunk = self.prefill_chunk.max(1);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_sizes_are_bounded() {
+        let c = EngineConfig {
+            queue_depth: usize::MAX,
+            stream_buffer: usize::MAX,
+            ..EngineConfig::default()
+        }
+        .sanitized();
+        assert_eq!((c.queue_depth, c.stream_buffer), (MAX_QUEUE, MAX_QUEUE));
+        // A tokio channel of that size can be made (one near usize::MAX panics).
+        let _ = tokio::sync::mpsc::channel::<()>(c.queue_depth);
+        let c = EngineConfig {
+            queue_depth: 0,
+            stream_buffer: 0,
+            ..EngineConfig::default()
+        }
+        .sanitized();
+        assert_eq!((c.queue_depth, c.stream_buffer), (1, 4));
     }
 }

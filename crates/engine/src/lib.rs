@@ -64,7 +64,7 @@ pub mod stop;
 mod text;
 mod tier;
 
-pub use config::{EngineConfig, RealMemory, DEFAULT_PRESSURE_HOLD, MIN_TOKEN_BUDGET};
+pub use config::{EngineConfig, RealMemory, DEFAULT_PRESSURE_HOLD, MAX_QUEUE, MIN_TOKEN_BUDGET};
 pub use durable::{validate_session_name, MAX_SESSION_NAME};
 pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};

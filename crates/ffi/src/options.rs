@@ -123,6 +123,18 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError>
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = j.$field { c.$field = v; } )* };
     }
+    for (name, v) in [
+        ("queue_depth", j.queue_depth),
+        ("stream_buffer", j.stream_buffer),
+    ] {
+        if v.is_some_and(|v| v == 0 || v > statelm_engine::MAX_QUEUE) {
+            return Err(FfiError::invalid(format!(
+                "`{name}` must be between 1 and {}, got {}",
+                statelm_engine::MAX_QUEUE,
+                v.unwrap_or(0)
+            )));
+        }
+    }
     set!(
         max_sessions,
         session_capacity,
@@ -323,6 +335,16 @@ mod tests {
             assert_eq!(engine_config(Some(&json)).unwrap().os_memory_watch, watch);
         }
         assert!(engine_config(Some(r#"{"os_memory_watch":"yes"}"#)).is_err());
+        // Channel sizes are bounded (a huge one used to panic inside the engine's start).
+        for bad in [
+            r#"{"queue_depth":0}"#,
+            r#"{"stream_buffer":18446744073709551615}"#,
+            r#"{"queue_depth":65537}"#,
+        ] {
+            assert!(engine_config(Some(bad)).is_err(), "{bad}");
+        }
+        let c = engine_config(Some(r#"{"queue_depth":65536}"#)).unwrap();
+        assert_eq!(c.config.queue_depth, 65536);
         let c = engine_config(Some(r#"{"pressure_hold_ms":250}"#))
             .unwrap()
             .config;
