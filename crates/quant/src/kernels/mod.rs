@@ -38,9 +38,9 @@ pub(crate) fn le16(s: &[u8], off: usize) -> u16 {
 /// rows `row_len` bytes long and contiguous) should prefetch so that it reads `distance`
 /// bytes of weights ahead: `distance / (8 bytes)` blocks further in the same row or, past
 /// the row's end, in the row eight further on (the next group's, seven rows later in memory).
-/// Prefetching `distance` ahead of each row instead would land, for rows longer than the
-/// distance, in a neighbouring row that the walk is already reading. The offset is relative
-/// to the row's start and may lie past it (prefetches never fault).
+/// Prefetching `distance` ahead of each row instead would land, for rows longer than
+/// `distance / 8`, in a row of the same group, which the walk is already reading. The offset
+/// is relative to the row's start and may lie past it (prefetches never fault).
 #[inline(always)]
 #[allow(dead_code)] // the SIMD kernels' helper
 pub(crate) fn rows8_prefetch_offset(
