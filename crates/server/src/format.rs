@@ -70,11 +70,6 @@ pub(crate) fn finish_reason(r: &StopReason) -> &'static str {
     }
 }
 
-/// statelm's name of a stop reason.
-fn stop_reason_name(r: &StopReason) -> &'static str {
-    r.name()
-}
-
 /// The `usage` object.
 pub(crate) fn usage(d: &DoneStats) -> Value {
     json!({
@@ -89,7 +84,7 @@ pub(crate) fn usage(d: &DoneStats) -> Value {
 pub(crate) fn statelm_summary(d: &DoneStats, events: &[Value]) -> Value {
     json!({
         "events": events,
-        "stop_reason": stop_reason_name(&d.stop_reason),
+        "stop_reason": d.stop_reason.name(),
         "prefilled_tokens": d.prefilled_tokens,
         "time_to_first_token_ms": d.time_to_first_token.as_secs_f64() * 1e3,
         "decode_tokens_per_s": d.decode_tokens_per_s,
