@@ -102,8 +102,10 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     let appending = matches!(input, crate::request::Input::Append(_));
     s.pinned = match (s.opts.pinned_prefix, tk.pinned) {
         (Some(p), _) | (None, Some(p)) => p,
-        (None, None) if appending => s.pinned,
-        (None, None) => 0,
+        (None, None) if appending && !s.history.is_empty() => s.pinned,
+        // No system prompt of its own: pin what comes before the first user turn (a
+        // template's default system message), if the prompt has turns.
+        (None, None) => preamble_len(core.turn_header.as_deref(), &tk.prompt),
     };
     if plan_starts_with_bos(tok, &tk.prompt, &s.history) {
         // Models need their BOS token: trimming never drops it.
@@ -115,19 +117,35 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     let budget = s.effective_budget(core.factor);
     let feed_len = plan.history.len() - plan.feed_from;
     let reserve = job.max_tokens.max(1);
-    let trim = budget::plan_prefill(plan.state_keep, feed_len, s.pinned, budget, reserve).map_err(
-        |_| EngineError::PromptTooLong {
-            prompt_tokens: plan.history.len(),
-            budget,
-            pinned: s.pinned,
-        },
-    )?;
+    let turns = if plan.state_keep + feed_len > budget {
+        let state = s.state.as_ref().map_or(&[][..], |st| st.tokens());
+        let kept = &state[..plan.state_keep.min(state.len())];
+        let feed = &plan.history[plan.feed_from..];
+        text::context_turns(core.turn_header.as_deref(), kept, feed, 0)
+    } else {
+        Vec::new()
+    };
+    let trim = budget::plan_prefill(plan.state_keep, feed_len, s.pinned, budget, reserve, &turns)
+        .map_err(|_| EngineError::PromptTooLong {
+        prompt_tokens: plan.history.len(),
+        budget,
+        pinned: s.pinned,
+    })?;
     admit(job, s, core, &plan, trim.map(|t| t.kept))?;
     let floor = plan.history.starts_with(&s.history).then_some(old_len);
     job.history_floor = Some(floor.unwrap_or(0));
     let feed = apply_plan(job, s, core, plan, trim, budget)?;
     job.detok = Some(text::continuation_detokenizer(tok));
     Ok(Next::Continue(Phase::Prefill(feed)))
+}
+
+/// Tokens before the first user turn of `prompt` (0 without one).
+fn preamble_len(header: Option<&[u32]>, prompt: &crate::plan::Prompt) -> usize {
+    let (crate::plan::Prompt::Full(t) | crate::plan::Prompt::Append(t)) = prompt;
+    text::context_turns(header, t, &[], 0)
+        .first()
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Whether the context after `prompt` starts with the tokenizer's BOS token.
@@ -197,11 +215,9 @@ fn apply_plan(
             dropped: t.dropped,
             kept: t.kept,
             reason: format!(
-                "the context of {} tokens would pass the token budget of {budget}: kept the {} \
-                 pinned and the {} most recent tokens",
+                "the context of {} tokens would pass the token budget of {budget}: {}",
                 t.dropped + t.kept,
-                t.pinned,
-                t.kept - t.pinned
+                kept_words(t.cut, t.pinned, t.kept - t.pinned)
             ),
             method: if reprefill {
                 TrimMethod::Reprefill
@@ -265,6 +281,9 @@ fn prefill(
     if feed.remaining() > 0 {
         job.logits = logits;
         return Ok(Next::Continue(Phase::Prefill(feed)));
+    }
+    if !job.prompt_done {
+        job.answer_start = s.state_len();
     }
     job.prompt_done = true;
     if !want_logits {
@@ -346,17 +365,26 @@ fn decode(
 fn decode_trim(job: &mut Job, s: &mut Session, core: &mut Core) {
     let budget = s.effective_budget(core.factor);
     let remaining = job.max_tokens.saturating_sub(job.generated) + 1;
-    let Some((p, keep)) = budget::plan_decode(s.state_len(), s.pinned, budget, remaining) else {
+    let len = s.state_len();
+    if len < budget {
+        return;
+    }
+    let state = s.state.as_ref().map_or(&[][..], |st| st.tokens());
+    let turns = text::context_turns(core.turn_header.as_deref(), state, &[], 0);
+    let plan = budget::plan_decode(len, s.pinned, budget, remaining, &turns, job.answer_start);
+    let Some(plan) = plan else {
         return;
     };
-    if let Some((dropped, kept, reprefill)) = s.trim(p, keep) {
+    if let Some((dropped, kept, reprefill)) = s.trim_keeping(&plan.keep) {
+        debug_assert_eq!(kept, plan.kept());
+        job.answer_start = plan.map(job.answer_start);
         core.counters.trims += 1;
         job.emit(Event::ContextTrimmed {
             dropped,
             kept,
             reason: format!(
-                "the context reached the token budget of {budget} while generating: kept the \
-                 {p} pinned and the {keep} most recent tokens"
+                "the context reached the token budget of {budget} while generating: {}",
+                kept_words(plan.cut, plan.pinned, kept - plan.pinned)
             ),
             method: if reprefill {
                 TrimMethod::Reprefill
@@ -364,6 +392,27 @@ fn decode_trim(job: &mut Job, s: &mut Session, core: &mut Core) {
                 TrimMethod::Shift
             },
         });
+    }
+}
+
+/// What a trim kept, in words, for its event.
+fn kept_words(cut: budget::Cut, pinned: usize, rest: usize) -> String {
+    match cut {
+        budget::Cut::Turns => format!(
+            "dropped the oldest whole turns; kept the {pinned} pinned tokens and the most \
+             recent turns ({rest} tokens)"
+        ),
+        budget::Cut::Answer => format!(
+            "dropped the older turns and the middle of this answer; kept the {pinned} pinned \
+             tokens, the current message and the answer's most recent part ({rest} tokens)"
+        ),
+        budget::Cut::Tokens => {
+            format!("kept the {pinned} pinned and the {rest} most recent tokens")
+        }
+        budget::Cut::MessageTail => format!(
+            "the current message alone is longer than the budget leaves room for: kept the \
+             {pinned} pinned tokens and only the last {rest} tokens, which start inside it"
+        ),
     }
 }
 

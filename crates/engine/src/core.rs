@@ -72,6 +72,9 @@ pub(crate) struct Core {
     /// DRY's breaker tokens for the last breaker strings asked for (one vocabulary scan per
     /// distinct list, not per request).
     pub dry_breakers: Option<(Vec<String>, Arc<Breakers>)>,
+    /// The tokens that open a user turn in the chat template (where whole-turn trims cut);
+    /// `None`: the template has none, trims fall back to the token rule.
+    pub turn_header: Option<Vec<u32>>,
 }
 
 impl Core {
@@ -86,6 +89,7 @@ impl Core {
             last_footprint: None,
             tight: false,
             dry_breakers: None,
+            turn_header: model.tokenizer().user_turn_header(),
             model,
             config,
             sessions: HashMap::new(),

@@ -69,6 +69,8 @@ pub(crate) struct Job {
     pub history_floor: Option<usize>,
     /// The prompt has been fully computed.
     pub prompt_done: bool,
+    /// Context index in the State where the answer begins (kept current across trims).
+    pub answer_start: usize,
     /// When the engine received the request.
     pub received: Instant,
     /// When the first token was sampled.
@@ -105,6 +107,7 @@ impl Job {
             prefilled_tokens: 0,
             history_floor: None,
             prompt_done: false,
+            answer_start: 0,
             received: Instant::now(),
             first_token: None,
             last_token: None,

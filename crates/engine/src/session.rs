@@ -178,6 +178,27 @@ impl Session {
         }
     }
 
+    /// Trims the resident State to the context ranges `keep` (sorted, disjoint, the last one
+    /// ending at the State's end), dropping the gaps between them from the newest back.
+    /// Returns `(dropped, kept, reprefill)` as [`Session::trim`] does.
+    pub fn trim_keeping(
+        &mut self,
+        keep: &[std::ops::Range<usize>],
+    ) -> Option<(usize, usize, bool)> {
+        let (mut dropped, mut reprefill) = (0, false);
+        for i in (0..keep.len()).rev() {
+            let gap_start = if i == 0 { 0 } else { keep[i - 1].end };
+            let len = self.state_len();
+            if gap_start < keep[i].start {
+                if let Some((d, _, r)) = self.trim(gap_start, len - keep[i].start) {
+                    dropped += d;
+                    reprefill |= r;
+                }
+            }
+        }
+        (dropped > 0).then(|| (dropped, self.state_len(), reprefill))
+    }
+
     /// The most recent tokens of the context, for the repetition penalties.
     pub fn recent(&self, n: usize) -> &[u32] {
         &self.history[self.history.len().saturating_sub(n)..]

@@ -4,7 +4,7 @@
 use crate::error::EngineError;
 use crate::plan::Prompt;
 use crate::request::{Input, SessionOptions};
-use statelm_tokenizer::{ChatMessage, StreamingDetokenizer, Tokenizer};
+use statelm_tokenizer::{find_turn_starts, ChatMessage, StreamingDetokenizer, Tokenizer};
 
 /// A tokenized request input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,8 +74,7 @@ pub(crate) fn tokenize(
             let ids = encode(tok, &rendered, true)?;
             let pinned = match conv.first() {
                 Some(m) if m.role == "system" => tok
-                    .render_chat(&conv[..1], false)
-                    .ok()
+                    .system_prefix(&m.content)
                     .and_then(|s| pinned_len(tok, &s, &ids)),
                 _ => None,
             };
@@ -108,6 +107,21 @@ pub(crate) fn tokenize(
             })
         }
     }
+}
+
+/// Context indices where a user turn starts in `state` followed by `feed`, at or after
+/// `from` (empty without a turn header).
+pub(crate) fn context_turns(
+    header: Option<&[u32]>,
+    state: &[u32],
+    feed: &[u32],
+    from: usize,
+) -> Vec<usize> {
+    let Some(h) = header else {
+        return Vec::new();
+    };
+    let context: Vec<u32> = state.iter().chain(feed).copied().collect();
+    find_turn_starts(&context, h, from)
 }
 
 /// A streaming detokenizer for text that continues a context: the leading space an SPM

@@ -44,6 +44,7 @@ mod heap;
 mod pretokenize;
 mod special;
 mod spm;
+mod turns;
 mod vocab;
 
 pub use chat::{ChatMessage, TemplateSource};
@@ -51,6 +52,7 @@ pub use detok::StreamingDetokenizer;
 pub use error::TokenizerError;
 pub use gguf::spec_from_gguf;
 pub use pretokenize::PreTokenizer;
+pub use turns::{find_turn_starts, TurnTexts};
 pub use vocab::{SpecialIds, TokenType, TokenizerKind, TokenizerSpec};
 
 use bpe::Bpe;

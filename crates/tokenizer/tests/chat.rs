@@ -137,3 +137,29 @@ fn empty_message_list_renders() {
         );
     }
 }
+
+/// The user-turn header is the template's turn-opening control token and the role, and it is
+/// found at the start of every user message of a rendered conversation.
+#[test]
+fn user_turn_header_marks_every_user_message() {
+    let cases = [
+        (common::gemma(), "<start_of_turn>user"),
+        (common::qwen(), "<|im_start|>user"),
+    ];
+    for (tok, want) in cases {
+        let Some(tok) = tok else { continue };
+        let header = tok.user_turn_header().expect("a header");
+        let text: String = header.iter().filter_map(|&t| tok.token_text(t)).collect();
+        assert_eq!(text, want);
+        let conv = [
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Hi"),
+            ChatMessage::new("assistant", "Hello there."),
+            ChatMessage::new("user", "\n  How are you?"),
+        ];
+        let text = tok.render_chat(&conv, true).unwrap();
+        let ids = tok.encode(&text, true, true).unwrap();
+        let starts = statelm_tokenizer::find_turn_starts(&ids, &header, 0);
+        assert_eq!(starts.len(), 2, "{want}: {starts:?}");
+    }
+}
