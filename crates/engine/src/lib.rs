@@ -44,6 +44,7 @@ mod budget;
 mod compute;
 mod config;
 mod core;
+mod defaults;
 pub mod dry;
 mod durable;
 mod error;
@@ -65,6 +66,7 @@ mod text;
 mod tier;
 
 pub use config::{EngineConfig, RealMemory, DEFAULT_PRESSURE_HOLD, MAX_QUEUE, MIN_TOKEN_BUDGET};
+pub use defaults::{ChatDefaults, CHAT_DRY_MULTIPLIER, CHAT_MAX_TOKENS, CHAT_TEMPERATURE};
 pub use durable::{validate_session_name, MAX_SESSION_NAME};
 pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};

@@ -614,10 +614,14 @@ int statelm_session_info_json(const struct StatelmEngine *engine, uint64_t sessi
  * session already holds is reused as far as it matches), `{"messages": [{"role": "user",
  * "content": "..."}, ...]}` (the full conversation, rendered with the model's chat template),
  * `{"append": "..."}` (text appended to what the session holds) or `{"tokens": [ids]}`.
- * `params_json` may be NULL or an object with `max_tokens` (default 256), `stop` (a string
- * or an array of strings), and the sampling fields `temperature` (0: greedy), `top_k`,
- * `top_p`, `min_p`, `repeat_penalty`, `frequency_penalty`, `presence_penalty`,
- * `penalty_last_n`, `logit_bias` (`{"token id": bias}`) and `seed`.
+ * `params_json` may be NULL or an object with `max_tokens`, `stop` (a string or an array of
+ * strings), and the sampling fields `temperature` (0: greedy), `top_k`, `top_p`, `min_p`,
+ * `repeat_penalty`, `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`
+ * (`{"token id": bias}`), `seed`, `dry_multiplier`, `dry_base`, `dry_allowed_length`,
+ * `dry_last_n`, `dry_sequence_breakers` and `loop_guard`. What it leaves out takes the
+ * model's chat defaults: the file's `general.sampling.*` settings where it has them, else
+ * temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, DRY 0.8 with the loop guard, and
+ * `max_tokens` 512.
  *
  * `*out_request` (if not NULL) receives the request id, for `statelm_wait` and
  * `statelm_cancel` (0 on failure; ids are never 0). The last event is always DONE or ERROR;

@@ -68,7 +68,8 @@ pub unsafe extern "C" fn statelm_engine_start(
         // SAFETY: by this function's contract `config_json` is NULL or NUL-terminated.
         let json = unsafe { read_opt_str(config_json, "config_json") }?;
         let start = options::engine_config(json)?;
-        let engine = FfiEngine::new(Engine::start(model, start.config));
+        let defaults = statelm_engine::ChatDefaults::for_model(&model);
+        let engine = FfiEngine::new(Engine::start(model, start.config), defaults);
         if start.os_memory_watch {
             engine.watch_os_memory();
         }

@@ -101,6 +101,8 @@ fn join_all(joins: Vec<JoinHandle<()>>) {
 pub(crate) struct FfiEngine {
     /// The engine.
     pub handle: EngineHandle,
+    /// What a request's params leave out: the model's chat defaults.
+    pub defaults: statelm_engine::ChatDefaults,
     table: Mutex<Table>,
     changed: Condvar,
     /// The governor monitor over the OS's memory sources (`os_memory_watch`), if running.
@@ -109,9 +111,10 @@ pub(crate) struct FfiEngine {
 
 impl FfiEngine {
     /// Wraps a started engine.
-    pub fn new(handle: EngineHandle) -> Arc<FfiEngine> {
+    pub fn new(handle: EngineHandle, defaults: statelm_engine::ChatDefaults) -> Arc<FfiEngine> {
         Arc::new(FfiEngine {
             handle,
+            defaults,
             table: Mutex::new(Table::default()),
             changed: Condvar::new(),
             monitor: Mutex::new(None),

@@ -5,14 +5,11 @@
 use crate::status::FfiError;
 use serde::Deserialize;
 use statelm_engine::{
-    ChatMessage, EngineConfig, GenerateRequest, Input, SamplingParams, SessionId, SessionOptions,
+    ChatDefaults, ChatMessage, EngineConfig, GenerateRequest, Input, SessionId, SessionOptions,
 };
 use statelm_model::{KvType, LoadOptions};
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Tokens generated when the parameters do not say (`max_tokens`).
-pub(crate) const DEFAULT_MAX_TOKENS: usize = 256;
 
 /// Parses `json` (`None`: `{}`) into `T`, naming `what` in the error.
 fn parse<T: for<'de> Deserialize<'de> + Default>(
@@ -274,7 +271,7 @@ enum StopJson {
 }
 
 /// A request on `session` from `input` and the generation parameters: `max_tokens`
-/// (default [`DEFAULT_MAX_TOKENS`]), `stop` (a string or an array), and the sampling fields
+/// (default: `defaults`), `stop` (a string or an array), and the sampling fields
 /// of [`SamplingParams`] (`temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`,
 /// `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`, `seed`,
 /// `dry_multiplier`, `dry_base`, `dry_allowed_length`, `dry_last_n`, `dry_sequence_breakers`,
@@ -283,8 +280,10 @@ pub(crate) fn request(
     session: u64,
     input: Input,
     params: Option<&str>,
+    defaults: &ChatDefaults,
 ) -> Result<GenerateRequest, FfiError> {
-    let mut req = GenerateRequest::new(SessionId(session), input, DEFAULT_MAX_TOKENS);
+    let mut req = GenerateRequest::new(SessionId(session), input, defaults.max_tokens);
+    req.sampling = defaults.sampling.clone();
     let Some(params) = params else {
         return Ok(req);
     };
@@ -303,13 +302,16 @@ pub(crate) fn request(
             return Err(FfiError::invalid("stop strings must not be empty"));
         }
     }
-    let known = serde_json::to_value(SamplingParams::default()).map_err(bad)?;
-    if let Some(unknown) = map.keys().find(|k| known.get(k.as_str()).is_none()) {
+    let mut merged = serde_json::to_value(&defaults.sampling).map_err(bad)?;
+    if let Some(unknown) = map.keys().find(|k| merged.get(k.as_str()).is_none()) {
         return Err(FfiError::invalid(format!(
             "invalid params JSON: unknown field {unknown:?}"
         )));
     }
-    req.sampling = serde_json::from_value(serde_json::Value::Object(map)).map_err(bad)?;
+    if let Some(obj) = merged.as_object_mut() {
+        obj.extend(map);
+    }
+    req.sampling = serde_json::from_value(merged).map_err(bad)?;
     Ok(req)
 }
 
@@ -388,12 +390,14 @@ mod tests {
 
     #[test]
     fn params_fill_the_request() {
+        let d = ChatDefaults::default();
         let r = request(
             7,
             Input::Append("x".into()),
             Some(
                 r#"{"max_tokens":5,"temperature":0,"seed":42,"stop":"\n","logit_bias":{"2":-100}}"#,
             ),
+            &d,
         )
         .unwrap();
         assert_eq!(r.session, SessionId(7));
@@ -402,11 +406,26 @@ mod tests {
         assert_eq!(r.sampling.temperature, 0.0);
         assert_eq!(r.sampling.seed, Some(42));
         assert_eq!(r.sampling.logit_bias.get(&2), Some(&-100.0));
-        assert_eq!(r.sampling.top_k, SamplingParams::default().top_k);
-        let d = request(1, Input::Append("x".into()), None).unwrap();
-        assert_eq!(d.max_tokens, DEFAULT_MAX_TOKENS);
-        assert!(request(1, Input::Append("x".into()), Some(r#"{"temprature":0}"#)).is_err());
-        assert!(request(1, Input::Append("x".into()), Some(r#"{"stop":[""]}"#)).is_err());
-        assert!(request(1, Input::Append("x".into()), Some(r#"{"max_tokens":-1}"#)).is_err());
+        // What the params leave out is the chat defaults.
+        assert_eq!(r.sampling.top_k, d.sampling.top_k);
+        assert!(r.sampling.loop_guard && r.sampling.dry_multiplier == d.sampling.dry_multiplier);
+        let none = request(1, Input::Append("x".into()), None, &d).unwrap();
+        assert_eq!(none.max_tokens, d.max_tokens);
+        assert_eq!(none.sampling, d.sampling);
+        assert!(request(
+            1,
+            Input::Append("x".into()),
+            Some(r#"{"temprature":0}"#),
+            &d
+        )
+        .is_err());
+        assert!(request(1, Input::Append("x".into()), Some(r#"{"stop":[""]}"#), &d).is_err());
+        assert!(request(
+            1,
+            Input::Append("x".into()),
+            Some(r#"{"max_tokens":-1}"#),
+            &d
+        )
+        .is_err());
     }
 }

@@ -365,12 +365,22 @@ fn the_loop_guard_and_dry_are_params() {
         (reason, tokens)
     };
     let forced = r#""max_tokens":100,"temperature":0,"logit_bias":{"5":100}"#;
-    let params = CString::new(format!("{{{forced},\"loop_guard\":true}}")).unwrap();
-    let ((code, json), tokens) = run(&params);
-    assert_eq!(code, StatelmStopReason::Repetition, "{json}");
-    assert!(json.contains("\"stop_reason\":\"repetition\""), "{json}");
-    assert!(tokens < 100, "{tokens}");
-    let params = CString::new(format!("{{{forced},\"dry_multiplier\":0.8}}")).unwrap();
+    // The loop guard is on by default (the chat defaults), and can be asked for (DRY off:
+    // it would break the forced loop by itself).
+    for guard in [
+        ",\"dry_multiplier\":0",
+        ",\"dry_multiplier\":0,\"loop_guard\":true",
+    ] {
+        let params = CString::new(format!("{{{forced}{guard}}}")).unwrap();
+        let ((code, json), tokens) = run(&params);
+        assert_eq!(code, StatelmStopReason::Repetition, "{json}");
+        assert!(json.contains("\"stop_reason\":\"repetition\""), "{json}");
+        assert!(tokens < 100, "{tokens}");
+    }
+    let params = CString::new(format!(
+        "{{{forced},\"dry_multiplier\":0.8,\"loop_guard\":false}}"
+    ))
+    .unwrap();
     let ((code, json), tokens) = run(&params);
     assert_eq!(
         (code, tokens),

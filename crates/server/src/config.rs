@@ -1,5 +1,6 @@
 //! Server configuration.
 
+use statelm_engine::ChatDefaults;
 use statelm_model::Model;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,8 +24,10 @@ pub struct ServerConfig {
     pub max_prompt_tokens: usize,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_limit: usize,
-    /// `max_tokens` of requests that do not set it.
-    pub default_max_tokens: usize,
+    /// What requests that leave a setting out get: sampling (temperature, top-k/p, min-p,
+    /// DRY, the loop guard) and `max_tokens` — the model file's `general.sampling.*` where it
+    /// has them, else built-in chat values ([`statelm_engine::ChatDefaults`]).
+    pub defaults: ChatDefaults,
     /// Most engine sessions the server keeps (conversations reusable at once). Should match
     /// the engine's `max_sessions`.
     pub max_sessions: usize,
@@ -53,7 +56,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_prompt_tokens", &self.max_prompt_tokens)
             .field("max_tokens_limit", &self.max_tokens_limit)
-            .field("default_max_tokens", &self.default_max_tokens)
+            .field("defaults", &self.defaults)
             .field("max_sessions", &self.max_sessions)
             .field("token_budget", &self.token_budget)
             .field("durable_sessions", &self.durable_sessions)
@@ -66,7 +69,7 @@ impl std::fmt::Debug for ServerConfig {
 
 impl ServerConfig {
     /// Defaults: no API key, 1 MiB bodies, prompts up to 32768 tokens, `max_tokens` up to
-    /// 8192 (default 1024), 16 sessions, the engine's token budget, 10 s shutdown grace, no
+    /// 8192, the model's chat defaults for what requests leave out, 16 sessions, the engine's token budget, 10 s shutdown grace, no
     /// host names beyond `localhost` and no cross-origin callers.
     /// The model's `general.name` is accepted as an alias.
     pub fn new(model: Arc<Model>, model_id: impl Into<String>) -> ServerConfig {
@@ -74,6 +77,7 @@ impl ServerConfig {
         if let Ok(Some(name)) = model.gguf().opt_str("general.name") {
             aliases.push(name.to_string());
         }
+        let defaults = ChatDefaults::for_model(&model);
         ServerConfig {
             model,
             model_id: model_id.into(),
@@ -82,7 +86,7 @@ impl ServerConfig {
             max_body_bytes: 1 << 20,
             max_prompt_tokens: 32768,
             max_tokens_limit: 8192,
-            default_max_tokens: 1024,
+            defaults,
             max_sessions: 16,
             token_budget: None,
             durable_sessions: false,

@@ -128,7 +128,9 @@ async fn chat_completions(State(app): App, b: Result<Bytes, BytesRejection>) -> 
         let bytes = body(b, app.cfg.max_body_bytes)?;
         let req: ChatRequest = parse_body(&bytes)?;
         app.check_model(req.common.model.as_deref())?;
-        let params = req.common.validate(&app.limits())?;
+        let params = req
+            .common
+            .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let messages = chat_messages(&req.messages)?;
         let prompt = app.tokenize_chat(&messages).await?;
         let user = req.common.user.as_deref();
@@ -143,7 +145,9 @@ async fn completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Respo
         let bytes = body(b, app.cfg.max_body_bytes)?;
         let req: CompletionRequest = parse_body(&bytes)?;
         app.check_model(req.common.model.as_deref())?;
-        let params = req.common.validate(&app.limits())?;
+        let params = req
+            .common
+            .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let (input, prompt) = completion_input(&app, req.prompt).await?;
         let user = req.common.user.as_deref();
         let started = generate::start(&app, input, &prompt, &params, user).await?;

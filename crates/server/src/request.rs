@@ -249,7 +249,8 @@ fn text_of_parts(parts: &[serde_json::Value], i: usize) -> Result<String, ApiErr
 
 impl Common {
     /// Checks every parameter (but the model name).
-    pub fn validate(&self, limits: &Limits) -> Result<Params, ApiError> {
+    /// Absent sampling fields take their value from `base` (the server's defaults).
+    pub fn validate(&self, limits: &Limits, base: &SamplingParams) -> Result<Params, ApiError> {
         self.unsupported.check()?;
         if let Some(n) = self.n {
             if n != 1 {
@@ -260,7 +261,7 @@ impl Common {
             }
         }
         let max_tokens = self.max_tokens(limits)?;
-        let sampling = self.sampling(limits.n_vocab)?;
+        let sampling = self.sampling(base, limits.n_vocab)?;
         let stop = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],
@@ -303,8 +304,8 @@ impl Common {
         Ok(value as usize)
     }
 
-    fn sampling(&self, n_vocab: usize) -> Result<SamplingParams, ApiError> {
-        let mut p = SamplingParams::default();
+    fn sampling(&self, base: &SamplingParams, n_vocab: usize) -> Result<SamplingParams, ApiError> {
+        let mut p = base.clone();
         if let Some(t) = in_range("temperature", self.temperature, 0.0, 2.0)? {
             p.temperature = t;
         }

@@ -12,7 +12,9 @@ fn common(json: &str) -> Common {
 
 #[test]
 fn defaults_follow_the_engine() {
-    let p = common("{}").validate(&LIMITS).unwrap();
+    let p = common("{}")
+        .validate(&LIMITS, &SamplingParams::default())
+        .unwrap();
     assert_eq!(p.max_tokens, 16);
     assert_eq!(p.sampling, SamplingParams::default());
     assert!(!p.stream && !p.include_usage && p.stop.is_empty());
@@ -25,7 +27,7 @@ fn fields_are_mapped() {
             "max_completion_tokens": 5, "max_tokens": 50, "logit_bias": {"12": -100, "13": 2},
             "stream": true, "stream_options": {"include_usage": true}, "n": 1}"#,
     )
-    .validate(&LIMITS)
+    .validate(&LIMITS, &SamplingParams::default())
     .unwrap();
     assert_eq!(p.sampling.temperature, 0.0);
     assert_eq!(p.sampling.top_p, 0.5);
@@ -70,7 +72,9 @@ fn bad_parameters_are_400s_naming_the_field() {
         (r#"{"functions": [{}]}"#, "functions"),
         (r#"{"function_call": "auto"}"#, "function_call"),
     ] {
-        let e = common(json).validate(&LIMITS).unwrap_err();
+        let e = common(json)
+            .validate(&LIMITS, &SamplingParams::default())
+            .unwrap_err();
         assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{json}");
         assert_eq!(e.param.as_deref(), Some(param), "{json}");
     }
@@ -83,7 +87,7 @@ fn unsupported_fields_that_ask_for_nothing_pass() {
             "response_format": {"type": "text"}, "tools": [], "tool_choice": "none",
             "functions": [], "function_call": null, "dry_multiplier": 0.8, "loop_guard": true}"#,
     )
-    .validate(&LIMITS)
+    .validate(&LIMITS, &SamplingParams::default())
     .unwrap();
     assert_eq!(p.sampling.dry_multiplier, 0.8);
     assert!(p.sampling.loop_guard);

@@ -57,7 +57,7 @@ impl AppState {
     pub fn limits(&self) -> Limits {
         Limits {
             max_tokens_limit: self.cfg.max_tokens_limit,
-            default_max_tokens: self.cfg.default_max_tokens,
+            default_max_tokens: self.cfg.defaults.max_tokens,
             n_vocab: self.cfg.model.config().n_vocab,
         }
     }

@@ -13,11 +13,13 @@ use super::run::{
 use crate::Ctx;
 use anyhow::{Context, Result};
 use futures::StreamExt;
+use statelm_engine::ChatDefaults;
 use statelm_engine::{
     ChatMessage, Engine, EngineConfig, EngineHandle, Event, GenerateRequest, Input, SamplingParams,
     SessionId, SessionOptions,
 };
 use statelm_model::{KvType, Model};
+use statelm_tokenizer::TurnTexts;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,12 +58,14 @@ pub struct ChatArgs {
     /// [default: 4096, or the tier's budget with --tier].
     #[arg(long, value_parser = clap::value_parser!(u32).range(8..))]
     budget: Option<u32>,
-    /// Most tokens per answer.
-    #[arg(long, default_value_t = 512)]
-    max_tokens: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.7, value_parser = non_negative)]
-    temp: f32,
+    /// Most tokens per answer [default: 512].
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Sampling temperature (0: greedy) [default: the model file's `general.sampling.temp`,
+    /// else 0.7]. Top-k, top-p, min-p and the repeat penalty also follow the file's
+    /// `general.sampling.*` settings when it has them (`/stats` shows what is in force).
+    #[arg(long, value_parser = non_negative)]
+    temp: Option<f32>,
     /// Random seed (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
@@ -133,48 +137,6 @@ pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
     }
 }
 
-/// How the text of a turn is built from the chat template: what closes an answer and opens
-/// the next user message, and what follows a user message up to the generation prompt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct TurnText {
-    between: String,
-    after_user: String,
-}
-
-const SENT_U: &str = "\u{1}U\u{1}";
-const SENT_A: &str = "\u{1}A\u{1}";
-const SENT_V: &str = "\u{1}V\u{1}";
-
-impl TurnText {
-    /// Derives the turn texts by rendering the template with marker messages; `None` when the
-    /// template does not render conversations in a way this can use.
-    fn derive(model: &Model) -> Option<TurnText> {
-        let tok = model.tokenizer();
-        let one = tok
-            .render_chat(&[ChatMessage::new("user", SENT_U)], true)
-            .ok()?;
-        let after_user = one.get(one.find(SENT_U)? + SENT_U.len()..)?.to_string();
-        let three = tok
-            .render_chat(
-                &[
-                    ChatMessage::new("user", SENT_U),
-                    ChatMessage::new("assistant", SENT_A),
-                    ChatMessage::new("user", SENT_V),
-                ],
-                true,
-            )
-            .ok()?;
-        let a_end = three.find(SENT_A)? + SENT_A.len();
-        let v_start = three.find(SENT_V)?;
-        let between = three.get(a_end..v_start)?.to_string();
-        let tail = three.get(v_start + SENT_V.len()..)?;
-        (tail == after_user).then_some(TurnText {
-            between,
-            after_user,
-        })
-    }
-}
-
 /// How the REPL ended.
 enum End {
     Eof,
@@ -199,9 +161,11 @@ struct Repl<'a> {
     session: Option<SessionId>,
     /// The session holds a conversation (the next turn continues it).
     started: bool,
-    /// The conversation as messages (used when the template gives no [`TurnText`]).
+    /// The conversation as messages (used when the template gives no [`TurnTexts`]).
     messages: Vec<ChatMessage>,
-    turns: Option<TurnText>,
+    turns: Option<TurnTexts>,
+    /// Generation defaults for this model (flags override them).
+    defaults: ChatDefaults,
     failed: usize,
     /// The durable conversation's name (`--session-dir`).
     durable: Option<String>,
@@ -240,7 +204,8 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 
 impl<'a> Repl<'a> {
     fn new(args: &'a ChatArgs, engine: EngineHandle, model: Arc<Model>, budget: usize) -> Repl<'a> {
-        let turns = TurnText::derive(&model);
+        let turns = model.tokenizer().turn_texts();
+        let defaults = ChatDefaults::for_model(&model);
         if turns.is_none() {
             tracing::info!("chat template gives no turn texts; each turn resends the conversation");
         }
@@ -256,6 +221,7 @@ impl<'a> Repl<'a> {
             started: false,
             messages: Vec::new(),
             turns,
+            defaults,
             failed: 0,
             durable: args.durable_name(),
         }
@@ -336,20 +302,9 @@ impl<'a> Repl<'a> {
     /// Tokens of the system prompt at the start of `first_turn` (pinned against trimming).
     fn pinned_prefix(&self, first_turn: &str) -> Option<usize> {
         let sys = self.system.as_deref()?;
-        let probe = self
-            .model
-            .tokenizer()
-            .render_chat(
-                &[
-                    ChatMessage::new("system", sys),
-                    ChatMessage::new("user", SENT_U),
-                ],
-                true,
-            )
-            .ok()?;
-        let cut = probe.find(SENT_U)?;
+        let prefix = self.model.tokenizer().system_prefix(sys)?;
         Some(common_prefix(
-            &self.encode(&probe[..cut]),
+            &self.encode(&prefix),
             &self.encode(first_turn),
         ))
     }
@@ -398,12 +353,10 @@ impl<'a> Repl<'a> {
     }
 
     fn sampling(&self) -> SamplingParams {
-        let mut p = SamplingParams {
-            temperature: self.args.temp,
-            seed: self.args.seed,
-            ..SamplingParams::default()
-        };
-        self.args.repetition.apply(&mut p, true);
+        let mut p = self.defaults.sampling.clone();
+        p.temperature = self.args.temp.unwrap_or(p.temperature);
+        p.seed = self.args.seed;
+        self.args.repetition.apply(&mut p);
         p
     }
 
@@ -415,7 +368,7 @@ impl<'a> Repl<'a> {
             input,
             sampling: self.sampling(),
             stop: Vec::new(),
-            max_tokens: self.args.max_tokens,
+            max_tokens: self.args.max_tokens.unwrap_or(self.defaults.max_tokens),
         });
         let (mut answer, mut line_open, mut cancelled) = (String::new(), false, false);
         let mut out = std::io::stdout();
@@ -604,6 +557,7 @@ impl<'a> Repl<'a> {
             if i.trimmed { ", trimmed" } else { "" },
             if i.spilled { ", spilled" } else { "" },
         ));
+        self.notice(&format!("[defaults: {}]", self.defaults.describe()));
         Ok(())
     }
 }
@@ -627,7 +581,7 @@ mod tests {
         ];
         for path in paths.into_iter().flatten() {
             let model = Model::load(&path, &Default::default()).expect("model loads");
-            let t = TurnText::derive(&model).expect("turn texts");
+            let t = model.tokenizer().turn_texts().expect("turn texts");
             let tok = model.tokenizer();
             let conv = [
                 ChatMessage::new("system", "Be brief."),

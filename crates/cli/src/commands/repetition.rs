@@ -1,17 +1,15 @@
 //! The repetition options of `run` and `chat`: the DRY penalty and the loop guard (see
-//! `statelm_engine::dry`). `chat` turns both on by default; `run` leaves them off.
+//! `statelm_engine::dry`). `chat` turns both on by default (`statelm_engine::ChatDefaults`);
+//! `run` leaves them off.
 
 use crate::commands::run::non_negative;
 use statelm_engine::SamplingParams;
-
-/// DRY multiplier `chat` uses unless told otherwise (llama.cpp's suggested value).
-const CHAT_DRY_MULTIPLIER: f32 = 0.8;
 
 /// DRY and loop-guard options.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RepetitionArgs {
     /// DRY repetition penalty: a token that would extend a sequence already in the context
-    /// loses MULT × base^(length − allowed) (0: off) [default: 0.8 in chat, 0 in run].
+    /// loses MULT × base^(length − allowed) (0: off) [default: 0.8 in chat and serve, 0 in run].
     #[arg(long, value_name = "MULT", value_parser = non_negative)]
     dry_multiplier: Option<f32>,
     /// DRY growth per repeated token beyond the allowed length.
@@ -24,19 +22,19 @@ pub(crate) struct RepetitionArgs {
     #[arg(long, default_value_t = 1024)]
     dry_last_n: usize,
     /// End an answer once it repeats a block of tokens back to back (stop reason
-    /// "repetition") [default: on in chat, off in run].
+    /// "repetition") [default: on in chat and serve, off in run].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     loop_guard: Option<bool>,
 }
 
 impl RepetitionArgs {
-    /// Sets the DRY fields and the loop guard of `p`; `chat` picks chat's defaults.
-    pub(crate) fn apply(&self, p: &mut SamplingParams, chat: bool) {
-        let default_dry = if chat { CHAT_DRY_MULTIPLIER } else { 0.0 };
-        p.dry_multiplier = self.dry_multiplier.unwrap_or(default_dry);
+    /// Sets the DRY fields and the loop guard of `p` (what was not given keeps `p`'s value:
+    /// chat's defaults in `chat`, off in `run`).
+    pub(crate) fn apply(&self, p: &mut SamplingParams) {
+        p.dry_multiplier = self.dry_multiplier.unwrap_or(p.dry_multiplier);
         p.dry_base = self.dry_base;
         p.dry_allowed_length = self.dry_allowed_length;
         p.dry_last_n = self.dry_last_n;
-        p.loop_guard = self.loop_guard.unwrap_or(chat);
+        p.loop_guard = self.loop_guard.unwrap_or(p.loop_guard);
     }
 }

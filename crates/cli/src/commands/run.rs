@@ -344,7 +344,7 @@ impl RunArgs {
             seed: self.seed,
             ..SamplingParams::default()
         };
-        self.repetition.apply(&mut p, false);
+        self.repetition.apply(&mut p);
         p
     }
 

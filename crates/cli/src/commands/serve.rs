@@ -55,6 +55,18 @@ pub struct ServeArgs {
     /// Largest max_tokens a request may ask for.
     #[arg(long, default_value_t = 8192)]
     max_tokens_limit: usize,
+    /// max_tokens of requests that leave it out [default: 512].
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Temperature of requests that leave it out [default: the model file's
+    /// `general.sampling.temp`, else 0.7]. Top-k, top-p, min-p and the repeat penalty also
+    /// follow the file's `general.sampling.*` settings when it has them; the startup line
+    /// shows what is in force.
+    #[arg(long, value_parser = super::run::non_negative)]
+    temp: Option<f32>,
+    /// Repetition control of requests that leave it out (on by default, as in chat).
+    #[command(flatten)]
+    repetition: crate::commands::repetition::RepetitionArgs,
     /// Model id reported by /v1/models (default: the short name or the file's stem).
     #[arg(long)]
     name: Option<String>,
@@ -113,7 +125,13 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
     cfg.durable_sessions = args.session_dir.is_some();
     cfg.max_prompt_tokens = args.max_prompt_tokens;
     cfg.max_tokens_limit = args.max_tokens_limit.max(1);
-    cfg.default_max_tokens = cfg.default_max_tokens.min(cfg.max_tokens_limit);
+    let d = &mut cfg.defaults;
+    d.max_tokens = args
+        .max_tokens
+        .unwrap_or(d.max_tokens)
+        .clamp(1, cfg.max_tokens_limit);
+    d.sampling.temperature = args.temp.unwrap_or(d.sampling.temperature);
+    args.repetition.apply(&mut d.sampling);
     cfg.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     cfg.allowed_hosts = args.allowed_host.clone();
     cfg.cors_origins = args.cors_origin.clone();
@@ -129,6 +147,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!("statelm: serving {id} on http://{local}/v1 ({auth}; Ctrl-C to stop)");
+        eprintln!("statelm: request defaults: {}", cfg.defaults.describe());
         if !local.ip().is_loopback() && cfg.api_key.is_none() {
             eprintln!(
                 "statelm: WARNING: listening on {} without --api-key: anyone who can reach this \

@@ -208,18 +208,24 @@ async fn the_loop_guard_and_dry_are_request_fields() {
         )
         .await
     };
-    let r = post(json!({})).await;
+    let r = post(json!({"loop_guard": false, "dry_multiplier": 0})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["statelm"]["stop_reason"], "max_tokens");
-    let r = post(json!({"loop_guard": true})).await;
-    let v = r.json();
-    assert_eq!(v["statelm"]["stop_reason"], "repetition", "{v}");
-    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
-    assert!(
-        v["usage"]["completion_tokens"].as_u64().unwrap() < 80,
-        "{v}"
-    );
-    let r = post(json!({"dry_multiplier": 0.8, "dry_sequence_breakers": ["\n"]})).await;
+    // On by default (the server's chat defaults), and on request.
+    for extra in [json!({}), json!({"loop_guard": true, "dry_multiplier": 0})] {
+        let v = post(extra).await.json();
+        assert_eq!(v["statelm"]["stop_reason"], "repetition", "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        assert!(
+            v["usage"]["completion_tokens"].as_u64().unwrap() < 80,
+            "{v}"
+        );
+    }
+    let r = post(
+        json!({"dry_multiplier": 0.8, "dry_sequence_breakers": ["\n"],
+                        "loop_guard": false}),
+    )
+    .await;
     let v = r.json();
     let text = v["choices"][0]["text"].as_str().unwrap();
     assert!(!text.contains(&"A ".repeat(12)), "{v}");
