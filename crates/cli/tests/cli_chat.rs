@@ -185,3 +185,46 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
     );
     assert!(err.contains("[Ctrl-C again to quit"), "{err}");
 }
+
+/// Whether some run of `n` words occurs `times` times or more in `text`.
+fn repeats(text: &str, n: usize, times: usize) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut counts = std::collections::HashMap::new();
+    words.windows(n).any(|w| {
+        let c = counts.entry(w).or_insert(0);
+        *c += 1;
+        *c >= times
+    })
+}
+
+/// `statelm chat --budget 300` on Qwen2.5-Coder with its chat defaults (DRY and the loop
+/// guard on), greedy: three coding questions get answers, not an endless loop, across
+/// whole-turn trims that are all announced.
+#[test]
+fn tight_budget_chat_answers_coding_questions_without_looping() {
+    let Some(model) = cli_common::qwen() else {
+        return;
+    };
+    let o = run(
+        &[
+            "chat",
+            "-m",
+            &model,
+            "--budget",
+            "300",
+            "--max-tokens",
+            "200",
+            "--temp",
+            "0",
+            "--no-monitor",
+        ],
+        "Write a Python function that checks whether a number is prime.\n\
+         Now write a unit test for it.\n\
+         What was the first thing I asked you?\n",
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("[context trimmed: kept "), "{err}");
+    assert!(!repeats(&out, 8, 6), "an answer loops:\n{out}");
+    assert!(out.contains("def "), "{out}");
+}

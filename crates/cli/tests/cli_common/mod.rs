@@ -41,6 +41,11 @@ pub fn gemma() -> Option<String> {
     statelm_model::testing::gemma_path().map(|p| p.display().to_string())
 }
 
+/// Qwen2.5-Coder's path as a string (`None`: skipped).
+pub fn qwen() -> Option<String> {
+    statelm_model::testing::qwen_path().map(|p| p.display().to_string())
+}
+
 /// A file in `dir` with `bytes`.
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);

@@ -21,6 +21,17 @@ pub fn gemma() -> Option<Arc<Model>> {
         .clone()
 }
 
+/// Qwen2.5-Coder, loaded once per test binary (`None`: skipped).
+pub fn qwen() -> Option<Arc<Model>> {
+    static MODEL: OnceLock<Option<Arc<Model>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = statelm_model::testing::qwen_path()?;
+            Some(Model::load(path, &LoadOptions::default()).expect("qwen loads"))
+        })
+        .clone()
+}
+
 /// A running test server.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -62,10 +73,18 @@ pub fn engine_config(spill: &std::path::Path) -> EngineConfig {
 
 /// Starts a server with the API key [`KEY`]; `tune` adjusts the configurations.
 pub async fn start(tune: impl FnOnce(&mut EngineConfig, &mut ServerConfig)) -> Option<TestServer> {
-    let model = gemma()?;
+    Some(start_with(gemma()?, "gemma3-270m", tune).await)
+}
+
+/// [`start`] on `model`, served as `id`.
+pub async fn start_with(
+    model: Arc<Model>,
+    id: &str,
+    tune: impl FnOnce(&mut EngineConfig, &mut ServerConfig),
+) -> TestServer {
     let spill = tempfile::tempdir().expect("tempdir");
     let mut ecfg = engine_config(spill.path());
-    let mut cfg = ServerConfig::new(model.clone(), "gemma3-270m");
+    let mut cfg = ServerConfig::new(model.clone(), id);
     cfg.api_key = Some(KEY.to_string());
     cfg.shutdown_grace = Duration::from_secs(2);
     tune(&mut ecfg, &mut cfg);
@@ -85,14 +104,14 @@ pub async fn start(tune: impl FnOnce(&mut EngineConfig, &mut ServerConfig)) -> O
         cfg,
         signal,
     ));
-    Some(TestServer {
+    TestServer {
         addr,
         engine,
         model,
         stop: Some(tx),
         task: Some(task),
         _spill: spill,
-    })
+    }
 }
 
 /// Whether the `openai` Python package is importable.
@@ -106,27 +125,31 @@ pub fn have_openai() -> bool {
 /// Runs a Python script with `BASE` (the server's /v1 URL) and `KEY` in its environment and
 /// returns its stdout parsed as JSON (its last line).
 pub async fn python(server: &TestServer, script: &str) -> serde_json::Value {
-    let base = server.url();
-    let script = script.to_string();
+    let args = vec!["-c".to_string(), script.to_string()];
+    let (stdout, _) = python_with(args, vec![("BASE", server.url()), ("KEY", KEY.into())]).await;
+    let last = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// Runs `python3 args` with `env` added; returns its stdout and stderr (it must succeed).
+pub async fn python_with(args: Vec<String>, env: Vec<(&'static str, String)>) -> (String, String) {
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("python3")
-            .args(["-c", &script])
-            .env("BASE", base)
-            .env("KEY", KEY)
+            .args(&args)
+            .envs(env)
             .output()
             .expect("python3 runs")
     })
     .await
     .expect("join");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "python failed: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        "python failed: {}\n{stdout}\n{stderr}",
+        out.status
     );
-    let last = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+    (stdout, stderr)
 }
 
 /// The value of an unlabelled metric on the `/metrics` page.

@@ -8,3 +8,4 @@ mod errors;
 mod http;
 mod leaks;
 mod lifecycle;
+mod trimmed_chat;
