@@ -113,7 +113,14 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     }
     let old_len = s.history.len();
     let state_len = s.state_len();
-    let plan = plan_reuse(&s.history, s.evaluated, s.trimmed, state_len, tk.prompt)?;
+    let tail = state_tail(s);
+    let plan = plan_reuse(
+        &s.history,
+        s.evaluated,
+        s.trimmed,
+        (state_len, tail),
+        tk.prompt,
+    )?;
     let budget = s.effective_budget(core.factor);
     let feed_len = plan.history.len() - plan.feed_from;
     let reserve = job.max_tokens.max(1);
@@ -137,6 +144,23 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     let feed = apply_plan(job, s, core, plan, trim, budget)?;
     job.detok = Some(text::continuation_detokenizer(tok));
     Ok(Next::Continue(Phase::Prefill(feed)))
+}
+
+/// How many of the State's last tokens are the history's last evaluated tokens (after its
+/// pinned prefix).
+fn state_tail(s: &Session) -> usize {
+    let Some(state) = s.state.as_ref() else {
+        return 0;
+    };
+    let t = state.tokens();
+    let evaluated = &s.history[..s.evaluated.min(s.history.len())];
+    let most = t.len().saturating_sub(s.pinned.min(t.len()));
+    t.iter()
+        .rev()
+        .zip(evaluated.iter().rev())
+        .take(most)
+        .take_while(|(a, b)| a == b)
+        .count()
 }
 
 /// Tokens before the first user turn of `prompt` (0 without one).

@@ -32,12 +32,17 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 /// Plans reuse for a session with `history`, `evaluated` tokens of it in the State
-/// (`state_len` tokens, a trimmed view if `trimmed`).
+/// (`state_len` tokens, a trimmed view if `trimmed`, whose last `state_tail` tokens are known
+/// to be `history[evaluated - state_tail..evaluated]`).
+///
+/// A trimmed State is kept up to where a full prompt departs from the history when that
+/// point lies in its known tail (a client resending the conversation with an answer spelled
+/// differently); earlier than that, it is recomputed.
 pub(crate) fn plan_reuse(
     history: &[u32],
     evaluated: usize,
     trimmed: bool,
-    state_len: usize,
+    (state_len, state_tail): (usize, usize),
     prompt: Prompt,
 ) -> Result<ReusePlan, EngineError> {
     let evaluated = evaluated.min(history.len());
@@ -52,7 +57,16 @@ pub(crate) fn plan_reuse(
             let l = common_prefix(&history[..evaluated], &tokens).min(state_len);
             (tokens, l, l)
         }
-        Prompt::Full(tokens) => (tokens, 0, 0),
+        Prompt::Full(tokens) => {
+            let d = common_prefix(&history[..evaluated], &tokens);
+            let tail_start = evaluated - state_tail.min(state_len).min(evaluated);
+            if d > tail_start {
+                let keep = state_len - (evaluated - d);
+                (tokens, keep, d)
+            } else {
+                (tokens, 0, 0)
+            }
+        }
     };
     if new_history.is_empty() {
         return Err(EngineError::EmptyPrompt);
@@ -145,7 +159,7 @@ mod tests {
 
     #[test]
     fn append_feeds_the_lagging_token_and_the_new_ones() {
-        let p = plan_reuse(&[1, 2, 3], 2, false, 2, Prompt::Append(vec![4, 5])).unwrap();
+        let p = plan_reuse(&[1, 2, 3], 2, false, (2, 0), Prompt::Append(vec![4, 5])).unwrap();
         assert_eq!(
             (p.history, p.state_keep, p.feed_from),
             (vec![1, 2, 3, 4, 5], 2, 2)
@@ -154,13 +168,13 @@ mod tests {
 
     #[test]
     fn full_prompt_extending_the_history_reuses_it() {
-        let p = plan_reuse(&[1, 2, 3], 3, false, 3, Prompt::Full(vec![1, 2, 3, 9])).unwrap();
+        let p = plan_reuse(&[1, 2, 3], 3, false, (3, 0), Prompt::Full(vec![1, 2, 3, 9])).unwrap();
         assert_eq!((p.state_keep, p.feed_from), (3, 3));
     }
 
     #[test]
     fn diverging_prompt_truncates_to_the_common_prefix() {
-        let p = plan_reuse(&[1, 2, 3, 4], 4, false, 4, Prompt::Full(vec![1, 2, 7])).unwrap();
+        let p = plan_reuse(&[1, 2, 3, 4], 4, false, (4, 0), Prompt::Full(vec![1, 2, 7])).unwrap();
         assert_eq!(
             (p.history, p.state_keep, p.feed_from),
             (vec![1, 2, 7], 2, 2)
@@ -169,25 +183,43 @@ mod tests {
 
     #[test]
     fn same_prompt_recomputes_only_the_last_token() {
-        let p = plan_reuse(&[1, 2, 3], 3, false, 3, Prompt::Full(vec![1, 2, 3])).unwrap();
+        let p = plan_reuse(&[1, 2, 3], 3, false, (3, 0), Prompt::Full(vec![1, 2, 3])).unwrap();
         assert_eq!((p.state_keep, p.feed_from), (2, 2));
-        let p = plan_reuse(&[1, 2, 3], 3, false, 3, Prompt::Full(vec![1, 2])).unwrap();
+        let p = plan_reuse(&[1, 2, 3], 3, false, (3, 0), Prompt::Full(vec![1, 2])).unwrap();
         assert_eq!((p.state_keep, p.feed_from), (1, 1));
     }
 
     #[test]
     fn trimmed_state_is_reset_when_the_prompt_diverges() {
-        let p = plan_reuse(&[1, 2, 3, 4], 4, true, 2, Prompt::Full(vec![1, 2, 9])).unwrap();
+        let p = plan_reuse(&[1, 2, 3, 4], 4, true, (2, 0), Prompt::Full(vec![1, 2, 9])).unwrap();
         assert_eq!((p.state_keep, p.feed_from), (0, 0));
         // ... and kept when it extends the history.
-        let p = plan_reuse(&[1, 2, 3, 4], 4, true, 2, Prompt::Full(vec![1, 2, 3, 4, 5])).unwrap();
+        let p = plan_reuse(
+            &[1, 2, 3, 4],
+            4,
+            true,
+            (2, 0),
+            Prompt::Full(vec![1, 2, 3, 4, 5]),
+        )
+        .unwrap();
         assert_eq!((p.state_keep, p.feed_from), (2, 4));
+    }
+
+    #[test]
+    fn trimmed_state_keeps_its_tail_up_to_where_the_prompt_departs() {
+        // The State holds history[0] (pinned) and history[3..6]; the prompt departs at 5.
+        let h = [1, 2, 3, 4, 5, 6];
+        let p = plan_reuse(&h, 6, true, (4, 3), Prompt::Full(vec![1, 2, 3, 4, 5, 9, 9])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (3, 5));
+        // Departing before the known tail: recomputed.
+        let p = plan_reuse(&h, 6, true, (4, 3), Prompt::Full(vec![1, 2, 3, 9])).unwrap();
+        assert_eq!((p.state_keep, p.feed_from), (0, 0));
     }
 
     #[test]
     fn empty_prompt_is_an_error() {
         assert!(matches!(
-            plan_reuse(&[], 0, false, 0, Prompt::Full(vec![])),
+            plan_reuse(&[], 0, false, (0, 0), Prompt::Full(vec![])),
             Err(EngineError::EmptyPrompt)
         ));
     }

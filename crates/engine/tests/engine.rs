@@ -298,6 +298,35 @@ async fn decoding_past_the_budget_trims_again() {
     assert!(info.state_tokens <= 32, "{info:?}");
 }
 
+/// A client resending a trimmed conversation with its last answer spelled differently (as a
+/// chat template's re-rendering can) keeps the State up to where the two part.
+#[tokio::test]
+async fn trimmed_state_is_kept_up_to_where_a_resent_prompt_departs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        token_budget: 32,
+        ..config(dir.path())
+    };
+    let Some((model, engine)) = engine(cfg) else {
+        return;
+    };
+    let s = session(&engine).await.unwrap();
+    let mut req = greedy(s, Input::Text(PROMPT_A.into()), 40);
+    req.sampling = no_eog(&model);
+    run(&engine, req.clone()).await;
+    assert!(engine.session_info(s).await.unwrap().trimmed);
+    let mut resent = engine.session_history(s).await.unwrap();
+    let n = resent.len();
+    resent[n - 3] = resent[n - 3].wrapping_add(1) % 100;
+    resent.extend([10, 11, 12]);
+    req.input = Input::Tokens(resent);
+    req.max_tokens = 2;
+    let r = run(&engine, req).await;
+    let d = r.done();
+    assert!(d.cached_tokens > 0, "{d:?}");
+    assert!(d.prefilled_tokens <= 6, "{d:?}");
+}
+
 #[tokio::test]
 async fn busy_session_refuses_a_second_generation() {
     let dir = tempfile::tempdir().unwrap();

@@ -36,15 +36,9 @@ pub(crate) enum Item {
     Done(DoneStats),
 }
 
-/// Interprets an event, recording generated tokens and trims in the lease.
+/// Interprets an event, recording generated tokens in the lease.
 pub(crate) fn classify(lease: &mut Lease, ev: Event) -> Option<Item> {
     if let Some(v) = event_json(&ev) {
-        if matches!(
-            ev,
-            Event::ContextTrimmed { .. } | Event::CacheEvicted { .. }
-        ) {
-            lease.mark_trimmed();
-        }
         return Some(Item::Memory(v));
     }
     match ev {

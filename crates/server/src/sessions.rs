@@ -29,7 +29,6 @@ struct Slot {
     /// The durable session's name (never lent to anonymous requests).
     name: Option<String>,
     history: Vec<u32>,
-    trimmed: bool,
     busy: bool,
     last_used: u64,
 }
@@ -60,19 +59,17 @@ pub(crate) struct Lease {
     /// Prompt tokens the pool expects the engine to reuse (the engine reports the real count).
     pub expected_reuse: usize,
     history: Vec<u32>,
-    trimmed: bool,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// How much of `prompt` the engine can reuse from a session with `history`. A trimmed
-/// session's State is a partial view: only an exact continuation reuses it.
-fn reuse_score(history: &[u32], trimmed: bool, prompt: &[u32]) -> usize {
-    if trimmed && !prompt.starts_with(history) {
-        return 0;
-    }
+/// How much of `prompt` continues a session with `history`. The engine decides what of the
+/// State that reuses: all of it up to where the prompt departs, or — for a trimmed State —
+/// up to there when that lies in the part the State still holds, else a recomputation
+/// within the budget.
+fn reuse_score(history: &[u32], prompt: &[u32]) -> usize {
     common_prefix(history, prompt)
 }
 
@@ -91,7 +88,7 @@ impl Table {
     fn pick(&self, prompt: &[u32], max: usize) -> Pick {
         let scored: Vec<(usize, usize, u64)> = (self.slots.iter().enumerate())
             .filter(|(_, s)| !s.busy && s.name.is_none())
-            .map(|(i, s)| (i, reuse_score(&s.history, s.trimmed, prompt), s.last_used))
+            .map(|(i, s)| (i, reuse_score(&s.history, prompt), s.last_used))
             .collect();
         let continued = (scored.iter())
             .filter(|&&(i, score, _)| continues(score, self.slots[i].history.len()))
@@ -168,7 +165,6 @@ impl Sessions {
             id,
             expected_reuse,
             history: prompt.to_vec(),
-            trimmed: false,
         })
     }
 
@@ -196,7 +192,6 @@ impl Sessions {
             id,
             name: name.map(str::to_string),
             history: Vec::new(),
-            trimmed: false,
             busy: true,
             last_used,
         });
@@ -219,10 +214,7 @@ impl Sessions {
                     )));
                 }
                 s.busy = true;
-                (
-                    Some((s.id, reuse_score(&s.history, s.trimmed, prompt))),
-                    None,
-                )
+                (Some((s.id, reuse_score(&s.history, prompt))), None)
             } else {
                 let full = t.slots.len() + t.creating >= self.max;
                 let victim = full
@@ -247,7 +239,6 @@ impl Sessions {
             id,
             expected_reuse,
             history: prompt.to_vec(),
-            trimmed: false,
         })
     }
 
@@ -274,19 +265,18 @@ impl Sessions {
             };
             let registered = pool.register(made, name.as_deref());
             if let Err(Ok(id)) = tx.send(registered) {
-                pool.release(id, Vec::new(), false);
+                pool.release(id, Vec::new());
             }
         });
         rx.await
             .map_err(|_| ApiError::internal("creating a session failed unexpectedly"))
     }
 
-    fn release(&self, id: SessionId, history: Vec<u32>, trimmed: bool) {
+    fn release(&self, id: SessionId, history: Vec<u32>) {
         let now = self.tick();
         let mut t = self.table();
         if let Some(s) = t.slots.iter_mut().find(|s| s.id == id) {
             s.history = history;
-            s.trimmed = trimmed;
             s.busy = false;
             s.last_used = now;
         }
@@ -304,11 +294,6 @@ impl Lease {
         self.history.push(id);
     }
 
-    /// Records that the session's State no longer holds its whole history.
-    pub fn mark_trimmed(&mut self) {
-        self.trimmed = true;
-    }
-
     /// Drops the session from the pool (after an `UnknownSession` error).
     pub fn forget(&self) {
         self.pool.forget(self.id);
@@ -318,7 +303,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let history = std::mem::take(&mut self.history);
-        self.pool.release(self.id, history, self.trimmed);
+        self.pool.release(self.id, history);
     }
 }
 
@@ -331,7 +316,6 @@ mod tests {
             id: SessionId(id),
             name: None,
             history: history.to_vec(),
-            trimmed: false,
             busy,
             last_used,
         }
@@ -375,9 +359,9 @@ mod tests {
     }
 
     #[test]
-    fn trimmed_sessions_match_only_continuations() {
-        assert_eq!(reuse_score(&[1, 2, 3], true, &[1, 2, 4]), 0);
-        assert_eq!(reuse_score(&[1, 2, 3], true, &[1, 2, 3, 4]), 3);
-        assert_eq!(reuse_score(&[1, 2, 3], false, &[1, 2, 4]), 2);
+    fn the_score_is_the_shared_start() {
+        // Trimmed or not: the engine decides what of the State a departing prompt keeps.
+        assert_eq!(reuse_score(&[1, 2, 3], &[1, 2, 4]), 2);
+        assert_eq!(reuse_score(&[1, 2, 3], &[1, 2, 3, 4]), 3);
     }
 }
