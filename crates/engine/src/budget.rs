@@ -222,7 +222,15 @@ pub(crate) fn plan_decode(
     let s = room.max(budget / 2).min(budget - p - 1).min(state_len - p);
     let tokens = |cut| DecodeTrim::new(&[0..p, state_len - s..state_len], p, cut);
     let a = answer_start.min(state_len);
-    let Some(u) = turns.iter().rev().copied().find(|&t| t >= p && t < a) else {
+    // Where the current message starts: its turn start, or the end of the pinned prefix when
+    // that turn began inside it (a template that folds the system text into the first turn).
+    let current = turns
+        .iter()
+        .rev()
+        .copied()
+        .find(|&t| t < a)
+        .map(|t| t.max(p));
+    let Some(u) = current.filter(|&u| u < a) else {
         return Some(tokens(Cut::Tokens));
     };
     if let Some(m) = turns

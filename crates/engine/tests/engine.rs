@@ -327,6 +327,61 @@ async fn trimmed_state_is_kept_up_to_where_a_resent_prompt_departs() {
     assert!(d.prefilled_tokens <= 6, "{d:?}");
 }
 
+/// An answer that outgrows the budget keeps the system prompt and the question whole and drops
+/// the middle of the answer; the second answer then drops the first turn whole.
+#[tokio::test]
+async fn overflowing_answers_keep_the_question_and_drop_whole_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        token_budget: 96,
+        ..config(dir.path())
+    };
+    let Some((model, engine)) = engine(cfg) else {
+        return;
+    };
+    let opts = statelm_engine::SessionOptions {
+        system_prompt: Some("You are Juniper.".into()),
+        ..Default::default()
+    };
+    let s = engine.create_session(opts).await.unwrap();
+    let q1 = statelm_engine::ChatMessage::new("user", "Tell me a long story about the sea.");
+    let mut req = greedy(s, Input::Chat(vec![q1.clone()]), 120);
+    req.sampling = no_eog(&model);
+    let r = run(&engine, req.clone()).await;
+    assert_eq!(r.done().generated_tokens, 120);
+    let reasons: Vec<String> = r
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ContextTrimmed { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(!reasons.is_empty(), "{r:?}");
+    assert!(
+        reasons.iter().all(|r| r.contains("middle of this answer")),
+        "{reasons:?}"
+    );
+    let info = engine.session_info(s).await.unwrap();
+    assert!(info.state_tokens <= 96, "{info:?}");
+    // The next question: the first turn goes whole.
+    let a1 = statelm_engine::ChatMessage::new("assistant", r.text.trim());
+    let q2 = statelm_engine::ChatMessage::new("user", "And a short one?");
+    req.input = Input::Chat(vec![q1, a1, q2]);
+    req.max_tokens = 8;
+    let r = run(&engine, req).await;
+    let trims: Vec<&Event> = r
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::ContextTrimmed { .. }))
+        .collect();
+    assert_eq!(trims.len(), 1, "{r:?}");
+    assert!(
+        format!("{:?}", trims[0]).contains("whole turns"),
+        "{trims:?}"
+    );
+}
+
 #[tokio::test]
 async fn busy_session_refuses_a_second_generation() {
     let dir = tempfile::tempdir().unwrap();
