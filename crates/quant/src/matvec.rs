@@ -204,6 +204,11 @@ impl Kernels {
             dot,
             dot4: self.batch_dot4_fn(w.ty(), order),
             tile: self.tile_fn(w.ty()),
+            // The decode kernels, bit-identical to single dots: only where the order is.
+            rows8: match order {
+                BatchOrder::Invariant => self.rows8_fn(w.ty()),
+                BatchOrder::Ggml => None,
+            },
         };
         let (rows, n) = (w.rows(), acts.n());
         let total = rows.checked_mul(n).ok_or(QuantError::Overflow {
@@ -235,12 +240,15 @@ struct TileFns {
     dot: DotFn,
     dot4: Option<Dot4Fn>,
     tile: Option<TileFn>,
+    rows8: Option<crate::kernels::Rows8Fn>,
 }
 
 impl TileFns {
-    /// Writes `y[v * rows + r] = w_r · x_v` for `r` in `rs` and `v` in `vs`: two
-    /// rows × four vectors per tile kernel call where there is one, then one
-    /// row × four vectors, then single dots.
+    /// Writes `y[v * rows + r] = w_r · x_v` for `r` in `rs` and `v` in `vs`: two rows × four
+    /// vectors per tile kernel call where there is one, else — where the order allows it —
+    /// eight rows per decode (`rows8`) kernel call for each vector in turn (the eight rows stay
+    /// in L1, so a small batch reads its weights once; the K-quants have no tile kernel); then
+    /// one row × four vectors, then single dots.
     ///
     /// # Safety
     /// The kernels must run on this CPU and `acts` must have been checked
@@ -262,6 +270,17 @@ impl TileFns {
         };
         let quad = |v: usize| [0, 1, 2, 3].map(|i| acts.vector(v + i));
         let mut r = rs.start;
+        if let (None, Some(rows8)) = (self.tile, self.rows8) {
+            while r + 8 <= rs.end {
+                let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
+                for v in vs.clone() {
+                    // SAFETY: as for the tile kernel below.
+                    let s = unsafe { rows8(cols, wr, acts.vector(v)) };
+                    s.iter().enumerate().for_each(|(i, &s)| put(v, r + i, s));
+                }
+                r += 8;
+            }
+        }
         if let Some(tile) = self.tile {
             while r + 2 <= rs.end {
                 let wr = [w.row(r), w.row(r + 1)];
