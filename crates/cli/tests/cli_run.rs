@@ -158,3 +158,27 @@ fn the_loop_guard_ends_a_repeating_answer_and_dry_breaks_it() {
     let text = dry["text"].as_str().unwrap();
     assert!(!text.contains(&"A ".repeat(12)), "{dry}");
 }
+
+/// `--lookup` changes the speed, never the text; `--json` reports the drafts.
+#[test]
+fn lookup_gives_the_same_text_and_reports_drafts() {
+    let Some(model) = gemma() else { return };
+    let prompt = "one two three four five six, one two three four five six, one two three";
+    let json = |lookup: &str| {
+        let o = run(
+            &[
+                "run", "-m", &model, "-p", prompt, "-n", "24", "--json", "--lookup", lookup,
+            ],
+            "",
+        );
+        assert!(o.status.success(), "{}", text(&o).1);
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("JSON")
+    };
+    let (plain, fast) = (json("0"), json("6"));
+    assert_eq!(plain["text"], fast["text"]);
+    assert_eq!(plain["drafted_tokens"], 0);
+    assert!(fast["drafted_tokens"].as_u64().unwrap() > 0, "{fast}");
+    assert!(fast["accepted_tokens"].as_u64() <= fast["drafted_tokens"].as_u64());
+    let o = run(&["run", "-m", &model, "-p", "x", "--lookup", "16"], "");
+    assert_eq!(o.status.code(), Some(2), "out of range is a usage error");
+}

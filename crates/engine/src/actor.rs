@@ -374,7 +374,7 @@ impl Actor {
         let model = self.core.model.clone();
         let s = self.idle_session(id)?;
         s.evict(&model, opts)?;
-        s.history.clear();
+        s.truncate_history(0);
         s.pending.clear();
         s.hard_trimmed = false;
         Actor::forget_durable(s);

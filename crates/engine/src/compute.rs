@@ -12,6 +12,7 @@ use crate::info::RequestSample;
 use crate::job::{Job, Phase};
 use crate::plan::{plan_reuse, Feed, ReusePlan};
 use crate::session::Session;
+use crate::speculate::Speculation;
 use crate::stop::StopOutcome;
 use crate::text;
 use statelm_model::{ForwardOptions, Logits, LogitsMode, ModelError, State};
@@ -253,7 +254,7 @@ fn apply_plan(
     job.cached_tokens = state.len();
     job.prompt_tokens = plan.history.len();
     job.prefilled_tokens = feed.len();
-    s.history = plan.history;
+    s.set_history(plan.history);
     s.evaluated = f0;
     s.trimmed = trimmed;
     Ok(feed)
@@ -277,6 +278,8 @@ fn prefill(
     let chunk = feed.next_chunk(core.chunk);
     let last = chunk.len() == feed.remaining();
     let want_logits = last && (job.prompt_done || job.max_tokens > 0);
+    // Drafts end the last chunk: their rows are wanted too.
+    let drafts = if last { job.pending_drafts.len() } else { 0 };
     let before = state.len();
     let mut logits = std::mem::take(&mut job.logits);
     let result = core.model.forward_into(
@@ -284,16 +287,22 @@ fn prefill(
         state,
         chunk,
         ForwardOptions {
-            logits: Some(if want_logits {
-                LogitsMode::Last
-            } else {
-                LogitsMode::None
+            logits: Some(match (want_logits, drafts) {
+                (false, _) => LogitsMode::None,
+                (true, 0) => LogitsMode::Last,
+                (true, d) => LogitsMode::LastN(d + 1),
             }),
             trace: None,
             cancel: Some(&job.cancel),
         },
         &mut logits,
     );
+    if result.is_err() && drafts > 0 {
+        // No draft cell may outlive a failed or cancelled check.
+        let keep = (before + chunk.len() - drafts).min(state.len());
+        state.truncate(keep);
+        job.pending_drafts.clear();
+    }
     feed.advance(state.len().saturating_sub(before));
     s.evaluated = feed.evaluated();
     core.observe_scratch();
@@ -313,6 +322,10 @@ fn prefill(
     if !want_logits {
         job.logits = logits;
         return Ok(Next::Stop(StopReason::MaxTokens));
+    }
+    if let (Some(sp), true) = (job.spec.as_mut(), drafts > 0) {
+        sp.start(std::mem::take(&mut job.pending_drafts), logits);
+        return Ok(Next::Continue(Phase::Decode(Logits::default())));
     }
     Ok(Next::Continue(Phase::Decode(logits)))
 }
@@ -335,7 +348,9 @@ fn check_growth(s: &Session, core: &mut Core, tokens: usize) -> Result<(), Engin
     core.real_room(needed, &what)
 }
 
-/// Samples one token, streams it, checks the stop rules, and feeds it.
+/// Samples one token, streams it, checks the stop rules, and feeds it (with drafts, when
+/// prompt lookup is on). A token that is the next draft in flight is already in the State:
+/// the next row of logits is sampled without a forward pass.
 fn decode(
     job: &mut Job,
     s: &mut Session,
@@ -343,18 +358,50 @@ fn decode(
     mut logits: Logits,
 ) -> Result<Next, EngineError> {
     let n = job.sampler.context_needed();
-    let id = job.sampler.sample(logits.last_mut(), s.recent(n));
+    let id = match job.spec.as_mut().and_then(Speculation::row_mut) {
+        Some(row) => job.sampler.sample(row, s.recent(n)),
+        None => job.sampler.sample(logits.last_mut(), s.recent(n)),
+    };
     job.logits = logits;
     let model = core.model.clone();
     let tok = model.tokenizer();
     if tok.is_eog(id) {
+        // Drafts in flight (even one equal to it) are cut when the request closes.
         return Ok(Next::Stop(StopReason::Eog));
     }
+    let in_state = job.spec.as_mut().is_some_and(|sp| sp.check(s, id));
     let now = Instant::now();
     job.first_token.get_or_insert(now);
     job.last_token = Some(now);
     job.generated += 1;
     s.history.push(id);
+    if in_state {
+        s.evaluated = s.history.len();
+    }
+    if let Some(reason) = stream_token(job, s, tok, id) {
+        return Ok(Next::Stop(reason));
+    }
+    if in_state {
+        return Ok(Next::Continue(Phase::Decode(Logits::default())));
+    }
+    decode_trim(job, s, core);
+    let mut feed = Feed::new(s.evaluated);
+    feed.push_history(s.history.len() - 1, &[id]);
+    let drafts = drafts_for(job, s, core);
+    if !drafts.is_empty() {
+        feed.push_drafts(&drafts);
+        job.pending_drafts = drafts;
+    }
+    prefill(job, s, core, feed)
+}
+
+/// Streams the token `id` and applies the stop rules: `Some` when the answer ends here.
+fn stream_token(
+    job: &mut Job,
+    s: &Session,
+    tok: &statelm_tokenizer::Tokenizer,
+    id: u32,
+) -> Option<StopReason> {
     let piece = job
         .detok
         .as_mut()
@@ -362,7 +409,7 @@ fn decode(
     match job.stop.push(&piece) {
         StopOutcome::Stopped { emit, stop } => {
             job.emit(Event::Token { id, text: emit });
-            return Ok(Next::Stop(StopReason::StopString(stop)));
+            Some(StopReason::StopString(stop))
         }
         StopOutcome::Continue { mut emit } => {
             let looping =
@@ -370,19 +417,42 @@ fn decode(
             if looping || job.generated >= job.max_tokens {
                 emit.push_str(&flush_text(job));
                 job.emit(Event::Token { id, text: emit });
-                return Ok(Next::Stop(if looping {
+                return Some(if looping {
                     StopReason::Repetition
                 } else {
                     StopReason::MaxTokens
-                }));
+                });
             }
             job.emit(Event::Token { id, text: emit });
+            None
         }
     }
-    decode_trim(job, s, core);
-    let mut feed = Feed::new(s.evaluated);
-    feed.push_history(s.history.len() - 1, &[id]);
-    prefill(job, s, core, feed)
+}
+
+/// Drafts to feed after the token just sampled: what prompt lookup proposes, within the
+/// budget's room, the tokens still to generate and one prefill chunk; none while the State has
+/// tokens to re-prefill.
+fn drafts_for(job: &mut Job, s: &mut Session, core: &Core) -> Vec<u32> {
+    let Some(sp) = job.spec.as_ref() else {
+        return Vec::new();
+    };
+    let pending = s.state.as_ref().map_or(1, State::pending_reprefill);
+    let budget = s.effective_budget(core.factor);
+    let room = budget.saturating_sub(s.state_len() + 1);
+    let max = sp
+        .length
+        .get()
+        .min(room)
+        .min(job.max_tokens.saturating_sub(job.generated + 1))
+        .min(core.chunk.saturating_sub(1));
+    if pending > 0 || max == 0 {
+        return Vec::new();
+    }
+    let ngram_max = job.sampler.params().ngram_max.max(1);
+    if s.lookup.ngram_max() != ngram_max {
+        s.lookup = crate::lookup::NgramIndex::new(ngram_max);
+    }
+    crate::speculate::draft(&mut s.lookup, &s.history, max)
 }
 
 /// Trims the State before it passes the budget during decoding.
@@ -483,7 +553,11 @@ fn close(job: &mut Job, s: &mut Session, core: &mut Core) -> DoneStats {
     if let (false, Some(floor)) = (job.prompt_done, job.history_floor) {
         // The prompt was abandoned half-way: keep only what the State has seen.
         let keep = s.evaluated.max(floor).min(s.history.len());
-        s.history.truncate(keep);
+        s.truncate_history(keep);
+    }
+    if let Some(sp) = job.spec.as_mut() {
+        // Drafts still unchecked leave the State with the request.
+        sp.settle(s);
     }
     job.phase = Phase::Finished;
     let end = Instant::now();
@@ -505,6 +579,10 @@ fn close(job: &mut Job, s: &mut Session, core: &mut Core) -> DoneStats {
     c.prompt_tokens += job.prompt_tokens as u64;
     c.cached_tokens += job.cached_tokens as u64;
     c.generated_tokens += job.generated as u64;
+    if let Some(sp) = job.spec.as_ref() {
+        c.drafted_tokens += sp.drafted as u64;
+        c.accepted_tokens += sp.accepted as u64;
+    }
     core.record(RequestSample {
         time_to_first_token: ttft,
         decode_tokens_per_s: tps,
@@ -519,5 +597,7 @@ fn close(job: &mut Job, s: &mut Session, core: &mut Core) -> DoneStats {
         generated_tokens: job.generated,
         time_to_first_token: ttft.max(Duration::ZERO),
         decode_tokens_per_s: tps,
+        drafted_tokens: job.spec.as_ref().map_or(0, |sp| sp.drafted),
+        accepted_tokens: job.spec.as_ref().map_or(0, |sp| sp.accepted),
     }
 }

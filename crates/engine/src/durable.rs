@@ -223,7 +223,7 @@ impl Actor {
             Err(e) => notes.push(format!("KV snapshot ignored: {e}")),
         }
         s.pinned = meta.pinned.min(history.len());
-        s.history = history;
+        s.set_history(history);
         let (restored, pending) = s
             .state
             .as_ref()

@@ -86,6 +86,11 @@ pub struct DoneStats {
     pub time_to_first_token: Duration,
     /// Decode speed after the first token (0 when fewer than two tokens were generated).
     pub decode_tokens_per_s: f64,
+    /// Tokens drafted by prompt lookup and checked in a batch (0 when lookup is off).
+    pub drafted_tokens: usize,
+    /// Drafted tokens that were what the model would generate (generated without a forward
+    /// pass of their own).
+    pub accepted_tokens: usize,
 }
 
 /// One item of a [`crate::GenerationStream`].

@@ -64,6 +64,10 @@ pub struct EngineStats {
     pub cached_tokens_total: u64,
     /// Tokens generated.
     pub generated_tokens_total: u64,
+    /// Tokens drafted by prompt lookup.
+    pub drafted_tokens_total: u64,
+    /// Drafted tokens accepted (generated without a forward pass of their own).
+    pub accepted_tokens_total: u64,
     /// Context trims (token budget and pressure).
     pub trims: u64,
     /// States spilled to disk.

@@ -113,6 +113,14 @@ impl Feed {
             .extend((0..tokens.len()).map(|i| start + i + 1));
     }
 
+    /// Appends drafted tokens: fed like the others, but not history (`evaluated` stays).
+    pub fn push_drafts(&mut self, drafts: &[u32]) {
+        let ev = self.hist_after.last().copied().unwrap_or(self.base);
+        self.tokens.extend_from_slice(drafts);
+        self.hist_after
+            .extend(std::iter::repeat_n(ev, drafts.len()));
+    }
+
     /// Inserts tokens that recompute context already counted as evaluated (the kept tokens of
     /// a re-prefill) before the rest.
     pub fn insert_refeed(&mut self, kept: &[u32]) {

@@ -60,6 +60,12 @@ pub struct SamplingParams {
     /// End the answer (stop reason `repetition`) once it repeats a block of tokens back to
     /// back ([`crate::dry::is_looping`]). Not a sampling step: it ends the generation.
     pub loop_guard: bool,
+    /// Prompt-lookup speculative decoding: up to this many tokens drafted from the
+    /// conversation's own history are checked per forward pass (0: off; at most
+    /// [`crate::speculate::MAX_LOOKUP`]). The output is unchanged ([`crate::speculate`]).
+    pub lookup: usize,
+    /// Longest n-gram the drafts are looked up by (1 or more).
+    pub ngram_max: usize,
 }
 
 impl Default for SamplingParams {
@@ -81,6 +87,8 @@ impl Default for SamplingParams {
             dry_last_n: 1024,
             dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
             loop_guard: false,
+            lookup: 0,
+            ngram_max: crate::lookup::DEFAULT_NGRAM_MAX,
         }
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct Session {
     pub last_tps: f64,
     /// Its history log and snapshot path, if it is a durable (named) session.
     pub durable: Option<crate::durable::Durable>,
+    /// Where each n-gram of its history last ended (prompt-lookup drafts).
+    pub lookup: crate::lookup::NgramIndex,
 }
 
 impl Session {
@@ -66,6 +68,7 @@ impl Session {
             hard_trimmed: false,
             last_tps: 0.0,
             durable: None,
+            lookup: crate::lookup::NgramIndex::new(crate::lookup::DEFAULT_NGRAM_MAX),
         }
     }
 
@@ -197,6 +200,23 @@ impl Session {
             }
         }
         (dropped > 0).then(|| (dropped, self.state_len(), reprefill))
+    }
+
+    /// Replaces the history with `history` (the lookup index is kept when it extends the old
+    /// one, else rebuilt when next used).
+    pub fn set_history(&mut self, history: Vec<u32>) {
+        if !history.starts_with(&self.history) {
+            self.lookup.clear();
+        }
+        self.history = history;
+    }
+
+    /// Cuts the history to its first `n` tokens.
+    pub fn truncate_history(&mut self, n: usize) {
+        if n < self.history.len() {
+            self.history.truncate(n);
+            self.lookup.clear();
+        }
     }
 
     /// The most recent tokens of the context, for the repetition penalties.

@@ -618,7 +618,10 @@ int statelm_session_info_json(const struct StatelmEngine *engine, uint64_t sessi
  * strings), and the sampling fields `temperature` (0: greedy), `top_k`, `top_p`, `min_p`,
  * `repeat_penalty`, `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`
  * (`{"token id": bias}`), `seed`, `dry_multiplier`, `dry_base`, `dry_allowed_length`,
- * `dry_last_n`, `dry_sequence_breakers` and `loop_guard`. What it leaves out takes the
+ * `dry_last_n`, `dry_sequence_breakers`, `loop_guard`, and `lookup` (prompt-lookup
+ * decoding: up to N drafted tokens checked per forward pass, at most 15; the text is
+ * unchanged, DONE reports `drafted_tokens` and `accepted_tokens`) with `ngram_max`. What it
+ * leaves out takes the
  * model's chat defaults: the file's `general.sampling.*` settings where it has them, else
  * temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, DRY 0.8 with the loop guard, and
  * `max_tokens` 512.

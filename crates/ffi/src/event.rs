@@ -155,6 +155,8 @@ fn done_json(d: &DoneStats) -> serde_json::Value {
         "generated_tokens": d.generated_tokens,
         "time_to_first_token_ms": d.time_to_first_token.as_secs_f64() * 1e3,
         "decode_tokens_per_s": d.decode_tokens_per_s,
+        "drafted_tokens": d.drafted_tokens,
+        "accepted_tokens": d.accepted_tokens,
     })
 }
 
@@ -358,6 +360,8 @@ mod tests {
             generated_tokens: 1,
             time_to_first_token: std::time::Duration::from_millis(2),
             decode_tokens_per_s: 0.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         };
         let e = OwnedEvent::from_item(1, 2, Ok(Event::Done(done)));
         assert_eq!(e.as_c().stop_reason, StatelmStopReason::Cancelled);

@@ -409,6 +409,8 @@ mod tests {
         // What the params leave out is the chat defaults.
         assert_eq!(r.sampling.top_k, d.sampling.top_k);
         assert!(r.sampling.loop_guard && r.sampling.dry_multiplier == d.sampling.dry_multiplier);
+        let spec = request(1, Input::Append("x".into()), Some(r#"{"lookup":4}"#), &d).unwrap();
+        assert_eq!(spec.sampling.lookup, 4);
         let none = request(1, Input::Append("x".into()), None, &d).unwrap();
         assert_eq!(none.max_tokens, d.max_tokens);
         assert_eq!(none.sampling, d.sampling);

@@ -94,6 +94,11 @@ impl Logits {
         &self.data[i * self.n_vocab..(i + 1) * self.n_vocab]
     }
 
+    /// Row `i`, mutable (samplers work in place).
+    pub fn row_mut(&mut self, i: usize) -> &mut [f32] {
+        &mut self.data[i * self.n_vocab..(i + 1) * self.n_vocab]
+    }
+
     /// The last row (empty when no logits were requested).
     pub fn last(&self) -> &[f32] {
         match self.rows() {

@@ -106,3 +106,42 @@ fn gemma3_state_contract() {
 fn qwen2_state_contract() {
     check_model(testing::qwen_path(), "def fibonacci(n):\n    ");
 }
+
+/// Whether a small batch after a prefill gives, bit for bit, the logits of its tokens fed one
+/// by one (what exact speculative verification needs); prints the largest difference.
+fn small_batches_equal_single_steps(path: Option<PathBuf>, text: &str) {
+    let Some(path) = path else { return };
+    let model = Model::load(path, &LoadOptions::default()).unwrap();
+    let prompt = model.tokenizer().encode(text, true, false).unwrap();
+    let next = model
+        .tokenizer()
+        .encode(" and then the rest", false, false)
+        .unwrap();
+    for k in [2, 4, 8] {
+        let batch: Vec<u32> = next.iter().copied().cycle().take(k).collect();
+        let mut a = model.new_state(256);
+        model.forward(&mut a, &prompt).unwrap();
+        let opts = statelm_model::ForwardOptions {
+            logits: Some(statelm_model::LogitsMode::LastN(k)),
+            ..Default::default()
+        };
+        let batched = model.forward_with(&mut a, &batch, opts).unwrap();
+        let mut b = model.new_state(256);
+        model.forward(&mut b, &prompt).unwrap();
+        for (i, &t) in batch.iter().enumerate() {
+            let one = model.forward(&mut b, &[t]).unwrap();
+            let d = max_diff(batched.row(i), one.last());
+            assert_eq!(batched.row(i), one.last(), "k {k}, token {i}: max |Δ| {d}");
+        }
+    }
+}
+
+#[test]
+fn gemma3_small_batches_equal_single_steps() {
+    small_batches_equal_single_steps(testing::gemma_path(), "The quick brown fox jumps over");
+}
+
+#[test]
+fn qwen2_small_batches_equal_single_steps() {
+    small_batches_equal_single_steps(testing::qwen_path(), "def fibonacci(n):\n    ");
+}

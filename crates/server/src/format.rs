@@ -88,6 +88,8 @@ pub(crate) fn statelm_summary(d: &DoneStats, events: &[Value]) -> Value {
         "prefilled_tokens": d.prefilled_tokens,
         "time_to_first_token_ms": d.time_to_first_token.as_secs_f64() * 1e3,
         "decode_tokens_per_s": d.decode_tokens_per_s,
+        "drafted_tokens": d.drafted_tokens,
+        "accepted_tokens": d.accepted_tokens,
     })
 }
 
@@ -199,6 +201,8 @@ mod tests {
             generated_tokens: 3,
             time_to_first_token: Duration::from_millis(5),
             decode_tokens_per_s: 50.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         }
     }
 

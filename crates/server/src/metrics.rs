@@ -80,6 +80,16 @@ const COUNTERS: &[EngineMetric] = &[
         s.generated_tokens_total as f64
     }),
     (
+        "lookup_drafted_tokens_total",
+        "Tokens drafted by prompt lookup.",
+        |s| s.drafted_tokens_total as f64,
+    ),
+    (
+        "lookup_accepted_tokens_total",
+        "Drafted tokens accepted.",
+        |s| s.accepted_tokens_total as f64,
+    ),
+    (
         "context_trims_total",
         "Context trims (budget and memory pressure).",
         |s| s.trims as f64,

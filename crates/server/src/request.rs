@@ -53,6 +53,10 @@ pub(crate) struct Common {
     pub dry_sequence_breakers: Option<Vec<String>>,
     /// End an answer that repeats itself (finish reason `stop`, statelm reason `repetition`).
     pub loop_guard: Option<bool>,
+    /// Prompt-lookup decoding: drafts checked per forward pass (0: off; the text is unchanged).
+    pub lookup: Option<i64>,
+    /// Longest n-gram drafts are looked up by.
+    pub ngram_max: Option<i64>,
     /// OpenAI fields that would change what the reply means, which this server does not
     /// implement: refused with a 400 naming them unless they ask for nothing.
     #[serde(flatten)]
@@ -377,7 +381,7 @@ impl Common {
         Ok(p)
     }
 
-    /// The DRY fields and the loop guard.
+    /// The DRY fields, the loop guard and prompt lookup.
     fn dry(&self, p: &mut SamplingParams) -> Result<(), ApiError> {
         if let Some(v) = in_range("dry_multiplier", self.dry_multiplier, 0.0, 10.0)? {
             p.dry_multiplier = v;
@@ -409,6 +413,23 @@ impl Common {
         }
         if let Some(g) = self.loop_guard {
             p.loop_guard = g;
+        }
+        let max = statelm_engine::speculate::MAX_LOOKUP as i64;
+        match self.lookup {
+            Some(n) if !(0..=max).contains(&n) => {
+                let msg = format!("lookup must be between 0 and {max} (got {n})");
+                return Err(ApiError::bad_param("lookup", msg));
+            }
+            Some(n) => p.lookup = n as usize,
+            None => {}
+        }
+        match self.ngram_max {
+            Some(n) if !(1..=8).contains(&n) => {
+                let msg = format!("ngram_max must be between 1 and 8 (got {n})");
+                return Err(ApiError::bad_param("ngram_max", msg));
+            }
+            Some(n) => p.ngram_max = n as usize,
+            None => {}
         }
         Ok(())
     }

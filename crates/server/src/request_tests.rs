@@ -129,3 +129,20 @@ fn chat_messages_join_parts_and_check_roles() {
     assert!(chat_messages(&r.messages).is_err());
     assert!(chat_messages(&[]).is_err());
 }
+
+#[test]
+fn lookup_fields_are_checked() {
+    let base = SamplingParams::default();
+    let p = common(r#"{"lookup": 8, "ngram_max": 2}"#)
+        .validate(&LIMITS, &base)
+        .unwrap();
+    assert_eq!((p.sampling.lookup, p.sampling.ngram_max), (8, 2));
+    for (json, field) in [
+        (r#"{"lookup": 16}"#, "lookup"),
+        (r#"{"lookup": -1}"#, "lookup"),
+        (r#"{"ngram_max": 0}"#, "ngram_max"),
+    ] {
+        let e = common(json).validate(&LIMITS, &base).unwrap_err();
+        assert!(format!("{e:?}").contains(field), "{json}: {e:?}");
+    }
+}

@@ -72,6 +72,9 @@ pub struct ChatArgs {
     /// Repetition control (on by default in chat).
     #[command(flatten)]
     repetition: crate::commands::repetition::RepetitionArgs,
+    /// Prompt-lookup decoding.
+    #[command(flatten)]
+    lookup: crate::commands::repetition::LookupArgs,
     /// KV cache type.
     #[arg(long, default_value = "f16", value_parser = parse_kv)]
     kv_type: KvType,
@@ -357,6 +360,7 @@ impl<'a> Repl<'a> {
         p.temperature = self.args.temp.unwrap_or(p.temperature);
         p.seed = self.args.seed;
         self.args.repetition.apply(&mut p);
+        self.args.lookup.apply(&mut p);
         p
     }
 

@@ -38,3 +38,24 @@ impl RepetitionArgs {
         p.loop_guard = self.loop_guard.unwrap_or(p.loop_guard);
     }
 }
+
+/// Prompt-lookup speculative decoding options (see `statelm_engine::speculate`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct LookupArgs {
+    /// Prompt-lookup decoding: check up to N tokens drafted from the conversation's own
+    /// history per forward pass (0: off; at most 15). The text is exactly what plain decoding
+    /// gives; answers that copy their input (code edits, quotes) come faster.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=15))]
+    lookup: Option<u16>,
+    /// Longest n-gram drafts are looked up by.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=8))]
+    ngram_max: u16,
+}
+
+impl LookupArgs {
+    /// Sets the lookup fields of `p` (what was not given keeps `p`'s value).
+    pub(crate) fn apply(&self, p: &mut SamplingParams) {
+        p.lookup = self.lookup.map_or(p.lookup, usize::from);
+        p.ngram_max = usize::from(self.ngram_max);
+    }
+}

@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// Repetition control.
     #[command(flatten)]
     repetition: crate::commands::repetition::RepetitionArgs,
+    /// Prompt-lookup decoding.
+    #[command(flatten)]
+    lookup: crate::commands::repetition::LookupArgs,
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
@@ -303,8 +306,16 @@ pub(crate) fn memory_notice(ev: &Event) -> Option<String> {
 
 /// The statistics line printed after a generation.
 pub(crate) fn stats_line(d: &DoneStats) -> String {
+    let lookup = if d.drafted_tokens > 0 {
+        format!(
+            ", lookup accepted {} of {} drafts",
+            d.accepted_tokens, d.drafted_tokens
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "[prompt {} tokens ({} cached), {} generated, ttft {:.0} ms, {:.1} tok/s, stop: {}]",
+        "[prompt {} tokens ({} cached), {} generated, ttft {:.0} ms, {:.1} tok/s{lookup}, stop: {}]",
         d.prompt_tokens,
         d.cached_tokens,
         d.generated_tokens,
@@ -345,6 +356,7 @@ impl RunArgs {
             ..SamplingParams::default()
         };
         self.repetition.apply(&mut p);
+        self.lookup.apply(&mut p);
         p
     }
 
@@ -435,6 +447,7 @@ async fn generate(args: &RunArgs, engine: &EngineHandle, budget: usize) -> Resul
             "generated_tokens": done.generated_tokens, "stop_reason": stop_name(&done.stop_reason),
             "time_to_first_token_ms": done.time_to_first_token.as_secs_f64() * 1e3,
             "decode_tokens_per_s": done.decode_tokens_per_s, "notices": notices,
+            "drafted_tokens": done.drafted_tokens, "accepted_tokens": done.accepted_tokens,
             "token_budget": budget,
         });
         println!("{v}");

@@ -67,6 +67,9 @@ pub struct ServeArgs {
     /// Repetition control of requests that leave it out (on by default, as in chat).
     #[command(flatten)]
     repetition: crate::commands::repetition::RepetitionArgs,
+    /// Prompt-lookup decoding.
+    #[command(flatten)]
+    lookup: crate::commands::repetition::LookupArgs,
     /// Model id reported by /v1/models (default: the short name or the file's stem).
     #[arg(long)]
     name: Option<String>,
@@ -132,6 +135,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
         .clamp(1, cfg.max_tokens_limit);
     d.sampling.temperature = args.temp.unwrap_or(d.sampling.temperature);
     args.repetition.apply(&mut d.sampling);
+    args.lookup.apply(&mut d.sampling);
     cfg.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     cfg.allowed_hosts = args.allowed_host.clone();
     cfg.cors_origins = args.cors_origin.clone();

@@ -1,0 +1,193 @@
+//! Prompt-lookup drafting: the next tokens guessed from the session's own history.
+//!
+//! Text an answer copies from its input (code edits, quoted documents, echoed schemas) repeats
+//! runs of tokens already in the context. [`NgramIndex`] remembers, for every n-gram of up to
+//! `ngram_max` tokens, where it last ended; a draft is what followed the latest earlier
+//! occurrence of the context's last n tokens, trying the longest n first. Indexing a token
+//! costs `ngram_max` hash-map updates, a draft `ngram_max` lookups: O(1) amortized per step,
+//! with no scan of the history. [`DraftLength`] adapts how many tokens to propose to the
+//! recent acceptance rate.
+
+use std::collections::HashMap;
+
+/// The longest n-gram the index keys on by default.
+pub const DEFAULT_NGRAM_MAX: usize = 3;
+
+/// Where each n-gram of a token history last ended.
+#[derive(Debug, Clone)]
+pub struct NgramIndex {
+    ngram_max: usize,
+    /// `ends[n - 1]`: hash of an n-gram → the end (exclusive) of its latest indexed occurrence.
+    ends: Vec<HashMap<u64, usize>>,
+    /// N-grams ending at or before this index are indexed.
+    covered: usize,
+}
+
+/// A hash of `tokens` (FNV-1a over the ids; equal slices hash equal, a hit is verified).
+fn hash(tokens: &[u32]) -> u64 {
+    tokens.iter().fold(0xcbf2_9ce4_8422_2325, |h, &t| {
+        (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl NgramIndex {
+    /// An empty index of n-grams of 1 to `ngram_max` tokens (at least 1).
+    pub fn new(ngram_max: usize) -> NgramIndex {
+        let ngram_max = ngram_max.max(1);
+        NgramIndex {
+            ngram_max,
+            ends: vec![HashMap::new(); ngram_max],
+            covered: 0,
+        }
+    }
+
+    /// The longest n-gram it keys on.
+    pub fn ngram_max(&self) -> usize {
+        self.ngram_max
+    }
+
+    /// Brings the index up to `history` (which extends the history it was built on): indexes
+    /// every n-gram ending before its last token, so the context's own tail never matches
+    /// itself.
+    pub fn extend(&mut self, history: &[u32]) {
+        let upto = history.len().saturating_sub(1);
+        while self.covered < upto {
+            self.covered += 1;
+            let end = self.covered;
+            for n in 1..=self.ngram_max.min(end) {
+                self.ends[n - 1].insert(hash(&history[end - n..end]), end);
+            }
+        }
+    }
+
+    /// Forgets everything (the history was replaced, not extended).
+    pub fn clear(&mut self) {
+        for m in &mut self.ends {
+            m.clear();
+        }
+        self.covered = 0;
+    }
+
+    /// Up to `max` tokens that followed the latest earlier occurrence of `history`'s last n
+    /// tokens, for the longest n (from `ngram_max` down to 1) that occurred before; empty when
+    /// none did. `history` must be what the index was last extended with.
+    pub fn draft(&self, history: &[u32], max: usize) -> Vec<u32> {
+        let len = history.len();
+        if max == 0 {
+            return Vec::new();
+        }
+        for n in (1..=self.ngram_max.min(len)).rev() {
+            let tail = &history[len - n..];
+            let Some(&end) = self.ends[n - 1].get(&hash(tail)) else {
+                continue;
+            };
+            if end < len && end >= n && history[end - n..end] == *tail {
+                return history[end..(end + max).min(len)].to_vec();
+            }
+        }
+        Vec::new()
+    }
+}
+
+/// How many tokens to draft next: doubles while every draft is accepted, halves when none is,
+/// between 1 and `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftLength {
+    current: usize,
+    max: usize,
+}
+
+impl DraftLength {
+    /// Starts at `max` (at least 1).
+    pub fn new(max: usize) -> DraftLength {
+        let max = max.max(1);
+        DraftLength { current: max, max }
+    }
+
+    /// Tokens to draft now.
+    pub fn get(&self) -> usize {
+        self.current
+    }
+
+    /// Records that `accepted` of `drafted` tokens were accepted.
+    pub fn update(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.current = if accepted == drafted {
+            (self.current * 2).min(self.max)
+        } else if accepted == 0 {
+            (self.current / 2).max(1)
+        } else {
+            accepted.clamp(1, self.max)
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The draft by scanning the whole history (the reference).
+    fn scan(history: &[u32], ngram_max: usize, max: usize) -> Vec<u32> {
+        let len = history.len();
+        for n in (1..=ngram_max.min(len)).rev() {
+            let tail = &history[len - n..];
+            // The latest earlier end `e` (< len) with history[e - n..e] == tail.
+            if let Some(e) = (n..len).rev().find(|&e| history[e - n..e] == *tail) {
+                return history[e..(e + max).min(len)].to_vec();
+            }
+        }
+        Vec::new()
+    }
+
+    #[test]
+    fn drafts_what_followed_the_longest_match() {
+        // "a b c d ... a b c" → "d" and what followed it.
+        let h = [1, 2, 3, 4, 5, 9, 1, 2, 3];
+        let mut ix = NgramIndex::new(3);
+        ix.extend(&h);
+        assert_eq!(ix.draft(&h, 2), vec![4, 5]);
+        assert_eq!(ix.draft(&h, 10), vec![4, 5, 9, 1, 2, 3]);
+        // Nothing repeats: no draft.
+        let h = [1, 2, 3];
+        let mut ix = NgramIndex::new(3);
+        ix.extend(&h);
+        assert!(ix.draft(&h, 4).is_empty());
+    }
+
+    #[test]
+    fn draft_length_adapts() {
+        let mut d = DraftLength::new(8);
+        assert_eq!(d.get(), 8);
+        d.update(8, 0);
+        assert_eq!(d.get(), 4);
+        d.update(4, 4);
+        assert_eq!(d.get(), 8);
+        d.update(8, 3);
+        assert_eq!(d.get(), 3);
+        d.update(0, 0);
+        assert_eq!(d.get(), 3);
+    }
+
+    proptest! {
+        /// Indexed incrementally, token by token, the index drafts what a full scan finds.
+        #[test]
+        fn incremental_index_equals_a_scan(
+            tokens in proptest::collection::vec(0u32..6, 1..120),
+            ngram_max in 1usize..5,
+            max in 0usize..8,
+        ) {
+            let mut ix = NgramIndex::new(ngram_max);
+            for len in 1..=tokens.len() {
+                let h = &tokens[..len];
+                ix.extend(h);
+                prop_assert_eq!(ix.draft(h, max), scan(h, ngram_max, max), "len {}", len);
+            }
+            ix.clear();
+            ix.extend(&tokens);
+            prop_assert_eq!(ix.draft(&tokens, max), scan(&tokens, ngram_max, max));
+        }
+    }
+}

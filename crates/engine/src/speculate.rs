@@ -1,0 +1,121 @@
+//! Prompt-lookup speculative decoding, exact by construction.
+//!
+//! After a token is sampled, up to `lookup` drafted tokens ([`crate::lookup`]) are fed with it
+//! as one small batch, which reads the weights once for all of them and computes, bit for bit,
+//! the logits each token would get alone (the model's small-batch kernels sum every column in
+//! the single-token order; `statelm-model`'s `small_batches_equal_single_steps` tests it). The
+//! next tokens are then sampled from those rows exactly as plain decoding samples them — same
+//! sampler, same random stream, same context for the penalties — and a draft counts only when
+//! the sampled token equals it. So the output is the output of plain decoding, token for token,
+//! for greedy and seeded sampling alike; drafts only decide how many positions one forward
+//! pass computes. (Sampling and then comparing accepts a draft `d` with probability `p(d)` and
+//! otherwise draws from `p` without `d`: the usual speculative rule for a one-hot draft.)
+//! Cells of rejected drafts are cut from the State before anything else happens to it.
+
+use crate::lookup::{DraftLength, NgramIndex};
+use crate::session::Session;
+use statelm_model::Logits;
+
+/// Most tokens drafted at once (a draft batch must fit one prefill chunk).
+pub const MAX_LOOKUP: usize = 15;
+
+/// Drafted tokens whose cells are in the State, waiting to be checked against what the
+/// sampler picks.
+#[derive(Debug)]
+pub(crate) struct Drafts {
+    /// The drafted tokens, in order.
+    pub tokens: Vec<u32>,
+    /// Logits after the sampled token and after each draft (`tokens.len() + 1` rows).
+    pub rows: Logits,
+    /// Drafts accepted so far (the next row to sample from).
+    pub next: usize,
+}
+
+impl Drafts {
+    /// Drafts still unchecked (their cells end the State).
+    pub fn unchecked(&self) -> usize {
+        self.tokens.len() - self.next
+    }
+}
+
+/// Per-generation speculation state.
+#[derive(Debug)]
+pub(crate) struct Speculation {
+    /// Drafts in flight.
+    pub drafts: Option<Drafts>,
+    /// How many to draft next.
+    pub length: DraftLength,
+    /// Tokens drafted (fed speculatively).
+    pub drafted: usize,
+    /// Drafts accepted.
+    pub accepted: usize,
+}
+
+impl Speculation {
+    /// Speculation drafting up to `lookup` tokens (clamped to [`MAX_LOOKUP`]).
+    pub fn new(lookup: usize) -> Speculation {
+        Speculation {
+            drafts: None,
+            length: DraftLength::new(lookup.min(MAX_LOOKUP)),
+            drafted: 0,
+            accepted: 0,
+        }
+    }
+
+    /// Drafts `tokens` are in the State, with `rows` the logits after the sampled token and
+    /// after each of them.
+    pub fn start(&mut self, tokens: Vec<u32>, rows: Logits) {
+        self.drafted += tokens.len();
+        self.drafts = Some(Drafts {
+            tokens,
+            rows,
+            next: 0,
+        });
+    }
+
+    /// Checks the sampled token `id` against the next draft: `true` when it is that draft (its
+    /// cell is already in the State). Otherwise the unchecked drafts are cut from the State.
+    pub fn check(&mut self, s: &mut Session, id: u32) -> bool {
+        let Some(d) = self.drafts.as_mut() else {
+            return false;
+        };
+        if d.next < d.tokens.len() && d.tokens[d.next] == id {
+            d.next += 1;
+            self.accepted += 1;
+            return true;
+        }
+        self.settle(s);
+        false
+    }
+
+    /// Ends the drafts in flight: cuts the unchecked ones from the State and adapts the draft
+    /// length to how many were accepted.
+    pub fn settle(&mut self, s: &mut Session) {
+        let Some(d) = self.drafts.take() else {
+            return;
+        };
+        self.length.update(d.tokens.len(), d.next);
+        let cut = d.unchecked();
+        if cut > 0 {
+            if let Some(state) = s.state.as_mut() {
+                let len = state.len();
+                state.truncate(len - cut.min(len));
+            }
+        }
+    }
+
+    /// The logits row to sample from while drafts are in flight.
+    pub fn row_mut(&mut self) -> Option<&mut [f32]> {
+        let d = self.drafts.as_mut()?;
+        Some(d.rows.row_mut(d.next))
+    }
+}
+
+/// Up to `max` drafts for what follows `s`'s history (the index brought up to date first).
+pub(crate) fn draft(index: &mut NgramIndex, history: &[u32], max: usize) -> Vec<u32> {
+    if max == 0 {
+        return Vec::new();
+    }
+    index.extend(history);
+    index.draft(history, max)
+}

@@ -1,0 +1,91 @@
+//! Prompt-lookup speculative decoding changes how many tokens one forward pass computes, never
+//! which tokens come out: greedy and seeded sampling give the text of plain decoding, token
+//! for token, on both models, while drafts are accepted.
+
+mod common;
+
+use common::{collect, config};
+use statelm_engine::{ChatMessage, Engine, GenerateRequest, Input, SamplingParams, SessionOptions};
+use statelm_model::{LoadOptions, Model};
+use std::sync::Arc;
+
+/// A code-editing request: the answer copies most of its input.
+fn edit_request() -> Vec<ChatMessage> {
+    vec![ChatMessage::new(
+        "user",
+        "Rename the variable `total` to `sum` in this function and show the whole function:\n\
+         ```python\ndef average(values):\n    total = 0\n    for v in values:\n        \
+         total += v\n    if not values:\n        return 0\n    return total / len(values)\n```",
+    )]
+}
+
+/// Runs `messages` in a fresh session with `sampling`; the tokens and the final statistics.
+async fn generate(
+    model: &Arc<Model>,
+    messages: &[ChatMessage],
+    sampling: SamplingParams,
+) -> (Vec<u32>, statelm_engine::DoneStats) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(model.clone(), config(dir.path()));
+    let s = engine
+        .create_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let run = collect(engine.generate(GenerateRequest {
+        session: s,
+        input: Input::Chat(messages.to_vec()),
+        sampling,
+        stop: Vec::new(),
+        max_tokens: 96,
+    }))
+    .await;
+    (run.tokens.clone(), run.done().clone())
+}
+
+async fn same_tokens_as_plain_decoding(path: Option<std::path::PathBuf>) {
+    let Some(path) = path else { return };
+    let model = Model::load(path, &LoadOptions::default()).expect("model loads");
+    let messages = edit_request();
+    let seeded = SamplingParams {
+        temperature: 0.8,
+        seed: Some(7),
+        ..SamplingParams::default()
+    };
+    for base in [SamplingParams::greedy(), seeded] {
+        let (plain, d0) = generate(&model, &messages, base.clone()).await;
+        assert_eq!(d0.drafted_tokens, 0);
+        for lookup in [2, 8] {
+            let sampling = SamplingParams {
+                lookup,
+                ..base.clone()
+            };
+            let (fast, d) = generate(&model, &messages, sampling).await;
+            assert_eq!(
+                fast, plain,
+                "lookup {lookup}, temperature {}",
+                base.temperature
+            );
+            assert!(d.accepted_tokens <= d.drafted_tokens, "{d:?}");
+            eprintln!(
+                "lookup {lookup} T {}: {} tokens, drafted {} accepted {}",
+                base.temperature, d.generated_tokens, d.drafted_tokens, d.accepted_tokens
+            );
+            if base.temperature == 0.0 {
+                assert!(
+                    d.accepted_tokens > 0,
+                    "no draft accepted on a copying answer: {d:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_gives_the_tokens_of_plain_decoding_on_qwen() {
+    same_tokens_as_plain_decoding(statelm_model::testing::qwen_path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_gives_the_tokens_of_plain_decoding_on_gemma() {
+    same_tokens_as_plain_decoding(statelm_model::testing::gemma_path()).await;
+}
