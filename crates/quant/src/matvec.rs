@@ -244,11 +244,12 @@ struct TileFns {
 }
 
 impl TileFns {
-    /// Writes `y[v * rows + r] = w_r · x_v` for `r` in `rs` and `v` in `vs`: two rows × four
-    /// vectors per tile kernel call where there is one, else — where the order allows it —
-    /// eight rows per decode (`rows8`) kernel call for each vector in turn (the eight rows stay
-    /// in L1, so a small batch reads its weights once; the K-quants have no tile kernel); then
-    /// one row × four vectors, then single dots.
+    /// Writes `y[v * rows + r] = w_r · x_v` for `r` in `rs` and `v` in `vs`. Where there is a
+    /// tile kernel, the whole quads of vectors go two rows × four vectors per call; the other
+    /// vectors go — where the order allows it — eight rows per decode (`rows8`) kernel call,
+    /// vector after vector (the eight rows stay in L1, so a small batch reads its weights
+    /// once; the K-quants have no tile kernel); what is left, one row × four vectors, then
+    /// single dots.
     ///
     /// # Safety
     /// The kernels must run on this CPU and `acts` must have been checked
@@ -269,23 +270,15 @@ impl TileFns {
             unsafe { *out.get().add(v * rows + r) = s }
         };
         let quad = |v: usize| [0, 1, 2, 3].map(|i| acts.vector(v + i));
+        let tiled = match self.tile {
+            Some(_) => vs.start + (vs.end - vs.start) / 4 * 4,
+            None => vs.start,
+        };
         let mut r = rs.start;
-        if let (None, Some(rows8)) = (self.tile, self.rows8) {
-            while r + 8 <= rs.end {
-                let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
-                for v in vs.clone() {
-                    // SAFETY: as for the tile kernel below.
-                    let s = unsafe { rows8(cols, wr, acts.vector(v)) };
-                    s.iter().enumerate().for_each(|(i, &s)| put(v, r + i, s));
-                }
-                r += 8;
-            }
-        }
         if let Some(tile) = self.tile {
             while r + 2 <= rs.end {
                 let wr = [w.row(r), w.row(r + 1)];
-                let mut v = vs.start;
-                while v + 4 <= vs.end {
+                for v in (vs.start..tiled).step_by(4) {
                     // SAFETY: kernels run on this CPU; lengths checked by the caller.
                     let s = unsafe { tile(cols, wr, quad(v)) };
                     for (i, row) in s.iter().enumerate() {
@@ -293,23 +286,49 @@ impl TileFns {
                             .enumerate()
                             .for_each(|(j, &s)| put(v + j, r + i, s));
                     }
-                    v += 4;
-                }
-                for v in v..vs.end {
-                    for (i, wr) in wr.iter().enumerate() {
-                        // SAFETY: as above.
-                        put(v, r + i, unsafe { (self.dot)(cols, wr, acts.vector(v)) });
-                    }
                 }
                 r += 2;
             }
         }
-        for r in r..rs.end {
+        // SAFETY: as above.
+        unsafe { self.rows_by_dots(w, acts, r..rs.end, vs.start..tiled, &put) };
+        let rest = tiled..vs.end;
+        let mut r = rs.start;
+        if let (Some(rows8), false) = (self.rows8, rest.is_empty()) {
+            while r + 8 <= rs.end {
+                let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
+                for v in rest.clone() {
+                    // SAFETY: as above.
+                    let s = unsafe { rows8(cols, wr, acts.vector(v)) };
+                    s.iter().enumerate().for_each(|(i, &s)| put(v, r + i, s));
+                }
+                r += 8;
+            }
+        }
+        // SAFETY: as above.
+        unsafe { self.rows_by_dots(w, acts, r..rs.end, rest, &put) };
+    }
+
+    /// [`TileFns::rows_by_vecs`] by one row × four vectors per call, then single dots.
+    ///
+    /// # Safety
+    /// As for [`TileFns::rows_by_vecs`]; `put` writes one output.
+    unsafe fn rows_by_dots(
+        &self,
+        w: &QMatrix<'_>,
+        acts: &QuantizedActs,
+        rs: std::ops::Range<usize>,
+        vs: std::ops::Range<usize>,
+        put: &dyn Fn(usize, usize, f32),
+    ) {
+        let cols = w.cols();
+        let quad = |v: usize| [0, 1, 2, 3].map(|i| acts.vector(v + i));
+        for r in rs {
             let wr = w.row(r);
             let mut v = vs.start;
             if let Some(f4) = self.dot4 {
                 while v + 4 <= vs.end {
-                    // SAFETY: as above.
+                    // SAFETY: kernels run on this CPU; lengths checked by the caller.
                     let s = unsafe { f4(cols, wr, quad(v)) };
                     s.into_iter()
                         .enumerate()
