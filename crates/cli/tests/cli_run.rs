@@ -182,3 +182,33 @@ fn lookup_gives_the_same_text_and_reports_drafts() {
     let o = run(&["run", "-m", &model, "-p", "x", "--lookup", "16"], "");
     assert_eq!(o.status.code(), Some(2), "out of range is a usage error");
 }
+
+/// `statelm bench --lookup N` times prompt lookup against plain decoding and checks the text.
+#[test]
+fn bench_lookup_reports_the_ratio_and_the_same_text() {
+    let Some(model) = gemma() else { return };
+    let o = run(
+        &[
+            "bench",
+            "-m",
+            &model,
+            "--prefill",
+            "4",
+            "--decode",
+            "12",
+            "--reps",
+            "1",
+            "--no-roofline",
+            "--lookup",
+            "2",
+            "--json",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let l = &v["lookup"];
+    assert_eq!(l["same_text"], true, "{l}");
+    assert!(l["ratio"].as_f64().is_some_and(f64::is_finite), "{l}");
+    assert!(l["accepted"].as_u64() <= l["drafted"].as_u64(), "{l}");
+}

@@ -14,6 +14,7 @@ use std::time::Instant;
 ///   statelm bench                              # default model, all cores
 ///   statelm bench -m qwen2.5-coder-0.5b --threads 2 --reps 5 --json
 ///   statelm bench --stateless                  # per-token cost with and without a State
+///   statelm bench -m qwen2.5-coder-0.5b --lookup 4  # prompt-lookup decoding on a code edit
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
@@ -38,6 +39,10 @@ pub struct BenchArgs {
     /// Skip the bandwidth probe.
     #[arg(long)]
     no_roofline: bool,
+    /// Also time prompt-lookup decoding with up to N drafts against plain decoding on a code
+    /// edit (interleaved rounds; the text must be the same).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
+    lookup: Option<u16>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -184,6 +189,15 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
     } else {
         None
     };
+    let lookup = match args.lookup {
+        Some(n) => Some(super::bench_lookup::measure(
+            &model,
+            usize::from(n),
+            args.decode,
+            reps,
+        )?),
+        None => None,
+    };
     // Read before the bandwidth probe, whose 1 GiB buffer is not the model's.
     let peak_rss = peak_rss_bytes();
     let weights = model.weight_bytes_per_token();
@@ -210,6 +224,7 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
         "bytes_per_decoded_token": {"weights": weights, "kv": kv_bytes, "total": bytes_per_token},
         "roofline": roofline,
         "stateless": stateless,
+        "lookup": lookup,
         "peak_rss_bytes": peak_rss,
     });
     if args.json {
@@ -277,6 +292,19 @@ fn print_report(r: &serde_json::Value) {
                 f(&row["ratio"])
             );
         }
+    }
+    if let Some(l) = r["lookup"].as_object() {
+        println!(
+            "lookup {:<2} {:>8.1} tok/s vs plain {:.1} ({:.2}x) on a code edit; accepted {} of {} \
+             drafts; same text: {}",
+            l["lookup"],
+            f(&l["lookup_tok_s"]),
+            f(&l["plain_tok_s"]),
+            f(&l["ratio"]),
+            l["accepted"],
+            l["drafted"],
+            l["same_text"]
+        );
     }
     if let Some(rss) = r["peak_rss_bytes"].as_u64() {
         println!("peak RSS  {:>15.1} MiB", rss as f64 / (1024.0 * 1024.0));

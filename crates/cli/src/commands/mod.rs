@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+mod bench_lookup;
 pub mod chat;
 pub mod device;
 pub mod doctor;

@@ -1,0 +1,84 @@
+//! `statelm bench --lookup N`: prompt-lookup decoding against plain decoding on a code edit —
+//! the same engine path as `run`/`chat`/`serve`, interleaved rounds, the same text checked.
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use statelm_engine::{
+    ChatMessage, Engine, EngineConfig, Event, GenerateRequest, Input, SamplingParams,
+    SessionOptions,
+};
+use statelm_model::Model;
+use std::sync::Arc;
+
+/// The workload: an edit whose answer copies most of its input.
+const EDIT: &str = "Rename the method `get_total` to `total` everywhere in this class and show \
+the whole class:\n```python\nclass Cart:\n    def __init__(self):\n        self.items = []\n\n    \
+def add(self, name, price, qty=1):\n        self.items.append((name, price, qty))\n\n    \
+def get_total(self):\n        total = 0\n        for name, price, qty in self.items:\n            \
+total += price * qty\n        return total\n\n    def summary(self):\n        lines = \
+[f\"{name}: {qty} x {price}\" for name, price, qty in self.items]\n        \
+lines.append(f\"total: {self.get_total()}\")\n        return \"\\n\".join(lines)\n```";
+
+/// One greedy answer to the edit with `lookup`: its tokens, decode tok/s, drafted, accepted.
+async fn answer(model: &Arc<Model>, lookup: usize, max_tokens: usize) -> Result<(Vec<u32>, Value)> {
+    let engine = Engine::start(model.clone(), EngineConfig::default());
+    let session = engine.create_session(SessionOptions::default()).await?;
+    let mut stream = engine.generate(GenerateRequest {
+        session,
+        input: Input::Chat(vec![ChatMessage::new("user", EDIT)]),
+        sampling: SamplingParams {
+            lookup,
+            ..SamplingParams::greedy()
+        },
+        stop: Vec::new(),
+        max_tokens,
+    });
+    let (mut tokens, mut done) = (Vec::new(), None);
+    while let Some(ev) = stream.next().await {
+        match ev? {
+            Event::Token { id, .. } => tokens.push(id),
+            Event::Done(d) => done = Some(d),
+            _ => {}
+        }
+    }
+    let d = done.context("the generation ended without its statistics")?;
+    let v = json!({"tok_s": d.decode_tokens_per_s, "drafted": d.drafted_tokens,
+                   "accepted": d.accepted_tokens, "generated": d.generated_tokens});
+    Ok((tokens, v))
+}
+
+/// Median of `v`.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `reps` interleaved rounds of plain and `lookup` decoding of the edit (`max_tokens` each).
+pub(crate) fn measure(
+    model: &Arc<Model>,
+    lookup: usize,
+    max_tokens: usize,
+    reps: usize,
+) -> Result<Value> {
+    let rt = super::run::runtime()?;
+    rt.block_on(async {
+        let (mut plain, mut fast, mut last) = (Vec::new(), Vec::new(), json!({}));
+        let mut same = true;
+        for _ in 0..reps.max(1) {
+            let (a, pa) = answer(model, 0, max_tokens).await?;
+            let (b, pb) = answer(model, lookup, max_tokens).await?;
+            same &= a == b;
+            plain.push(pa["tok_s"].as_f64().unwrap_or(f64::NAN));
+            fast.push(pb["tok_s"].as_f64().unwrap_or(f64::NAN));
+            last = pb;
+        }
+        let (p, f) = (median(plain), median(fast));
+        Ok(
+            json!({"lookup": lookup, "workload": "code edit (chat)", "plain_tok_s": p,
+                  "lookup_tok_s": f, "ratio": f / p, "drafted": last["drafted"],
+                  "accepted": last["accepted"], "generated": last["generated"],
+                  "same_text": same}),
+        )
+    })
+}
