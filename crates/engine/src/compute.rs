@@ -114,7 +114,7 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     }
     let old_len = s.history.len();
     let state_len = s.state_len();
-    let tail = state_tail(s);
+    let tail = if s.trimmed { state_tail(s) } else { 0 };
     let plan = plan_reuse(
         &s.history,
         s.evaluated,
@@ -129,7 +129,7 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
         let state = s.state.as_ref().map_or(&[][..], |st| st.tokens());
         let kept = &state[..plan.state_keep.min(state.len())];
         let feed = &plan.history[plan.feed_from..];
-        text::context_turns(core.turn_header.as_deref(), kept, feed, 0)
+        text::context_turns(core.turn_header.as_deref(), kept, feed)
     } else {
         Vec::new()
     };
@@ -167,9 +167,9 @@ fn state_tail(s: &Session) -> usize {
 /// Tokens before the first user turn of `prompt` (0 without one).
 fn preamble_len(header: Option<&[u32]>, prompt: &crate::plan::Prompt) -> usize {
     let (crate::plan::Prompt::Full(t) | crate::plan::Prompt::Append(t)) = prompt;
-    text::context_turns(header, t, &[], 0)
-        .first()
-        .copied()
+    header
+        .filter(|h| !h.is_empty())
+        .and_then(|h| t.windows(h.len()).position(|w| w == h))
         .unwrap_or(0)
 }
 
@@ -279,7 +279,10 @@ fn prefill(
     let last = chunk.len() == feed.remaining();
     let want_logits = last && (job.prompt_done || job.max_tokens > 0);
     // Drafts end the last chunk: their rows are wanted too.
-    let drafts = if last { job.pending_drafts.len() } else { 0 };
+    let drafts = match &job.spec {
+        Some(sp) if last => sp.pending.len(),
+        _ => 0,
+    };
     let before = state.len();
     let mut logits = std::mem::take(&mut job.logits);
     let result = core.model.forward_into(
@@ -301,7 +304,9 @@ fn prefill(
         // No draft cell may outlive a failed or cancelled check.
         let keep = (before + chunk.len() - drafts).min(state.len());
         state.truncate(keep);
-        job.pending_drafts.clear();
+        if let Some(sp) = job.spec.as_mut() {
+            sp.pending.clear();
+        }
     }
     feed.advance(state.len().saturating_sub(before));
     s.evaluated = feed.evaluated();
@@ -324,7 +329,7 @@ fn prefill(
         return Ok(Next::Stop(StopReason::MaxTokens));
     }
     if let (Some(sp), true) = (job.spec.as_mut(), drafts > 0) {
-        sp.start(std::mem::take(&mut job.pending_drafts), logits);
+        sp.start(logits);
         return Ok(Next::Continue(Phase::Decode(Logits::default())));
     }
     Ok(Next::Continue(Phase::Decode(logits)))
@@ -362,14 +367,19 @@ fn decode(
         Some(row) => job.sampler.sample(row, s.recent(n)),
         None => job.sampler.sample(logits.last_mut(), s.recent(n)),
     };
-    job.logits = logits;
     let model = core.model.clone();
     let tok = model.tokenizer();
     if tok.is_eog(id) {
         // Drafts in flight (even one equal to it) are cut when the request closes.
+        job.logits = logits;
         return Ok(Next::Stop(StopReason::Eog));
     }
     let in_state = job.spec.as_mut().is_some_and(|sp| sp.check(s, id));
+    // After drafts, the next forward pass reuses their logits buffer.
+    job.logits = match job.spec.as_mut().and_then(Speculation::take_spare) {
+        Some(spare) => spare,
+        None => logits,
+    };
     let now = Instant::now();
     job.first_token.get_or_insert(now);
     job.last_token = Some(now);
@@ -388,9 +398,9 @@ fn decode(
     let mut feed = Feed::new(s.evaluated);
     feed.push_history(s.history.len() - 1, &[id]);
     let drafts = drafts_for(job, s, core);
-    if !drafts.is_empty() {
+    if let Some(sp) = job.spec.as_mut().filter(|_| !drafts.is_empty()) {
         feed.push_drafts(&drafts);
-        job.pending_drafts = drafts;
+        sp.pending = drafts;
     }
     prefill(job, s, core, feed)
 }
@@ -452,7 +462,8 @@ fn drafts_for(job: &mut Job, s: &mut Session, core: &Core) -> Vec<u32> {
     if s.lookup.ngram_max() != ngram_max {
         s.lookup = crate::lookup::NgramIndex::new(ngram_max);
     }
-    crate::speculate::draft(&mut s.lookup, &s.history, max)
+    s.lookup.extend(&s.history);
+    s.lookup.draft(&s.history, max)
 }
 
 /// Trims the State before it passes the budget during decoding.
@@ -464,7 +475,7 @@ fn decode_trim(job: &mut Job, s: &mut Session, core: &mut Core) {
         return;
     }
     let state = s.state.as_ref().map_or(&[][..], |st| st.tokens());
-    let turns = text::context_turns(core.turn_header.as_deref(), state, &[], 0);
+    let turns = text::context_turns(core.turn_header.as_deref(), state, &[]);
     let plan = budget::plan_decode(len, s.pinned, budget, remaining, &turns, job.answer_start);
     let Some(plan) = plan else {
         return;

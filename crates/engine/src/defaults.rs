@@ -33,6 +33,31 @@ enum Setting {
     PenaltyLastN,
 }
 
+impl Setting {
+    /// Whether `v` is a value this setting takes (the ranges the server accepts).
+    fn accepts(self, v: f64) -> bool {
+        match self {
+            Setting::Temperature => (0.0..=2.0).contains(&v),
+            Setting::TopK | Setting::PenaltyLastN => (0.0..=1e6).contains(&v),
+            Setting::TopP => v > 0.0 && v <= 1.0,
+            Setting::MinP => (0.0..=1.0).contains(&v),
+            Setting::RepeatPenalty => v > 0.0 && v <= 10.0,
+        }
+    }
+
+    /// Sets it in `p`.
+    fn set(self, p: &mut SamplingParams, v: f64) {
+        match self {
+            Setting::Temperature => p.temperature = v as f32,
+            Setting::TopK => p.top_k = v as usize,
+            Setting::TopP => p.top_p = v as f32,
+            Setting::MinP => p.min_p = v as f32,
+            Setting::RepeatPenalty => p.repeat_penalty = v as f32,
+            Setting::PenaltyLastN => p.penalty_last_n = v as usize,
+        }
+    }
+}
+
 /// Defaults for a conversation's answers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatDefaults {
@@ -76,35 +101,8 @@ impl ChatDefaults {
             let Some(v) = get(key).filter(|v| v.is_finite()) else {
                 continue;
             };
-            let p = &mut d.sampling;
-            let used = match setting {
-                Setting::Temperature if (0.0..=2.0).contains(&v) => {
-                    p.temperature = v as f32;
-                    true
-                }
-                Setting::TopK if (0.0..=1e6).contains(&v) => {
-                    p.top_k = v as usize;
-                    true
-                }
-                Setting::TopP if v > 0.0 && v <= 1.0 => {
-                    p.top_p = v as f32;
-                    true
-                }
-                Setting::MinP if (0.0..=1.0).contains(&v) => {
-                    p.min_p = v as f32;
-                    true
-                }
-                Setting::RepeatPenalty if v > 0.0 && v <= 10.0 => {
-                    p.repeat_penalty = v as f32;
-                    true
-                }
-                Setting::PenaltyLastN if (0.0..=1e6).contains(&v) => {
-                    p.penalty_last_n = v as usize;
-                    true
-                }
-                _ => false,
-            };
-            if used {
+            if setting.accepts(v) {
+                setting.set(&mut d.sampling, v);
                 d.from_file.push((key.to_string(), v));
             }
         }

@@ -73,8 +73,6 @@ pub(crate) struct Job {
     pub answer_start: usize,
     /// Prompt-lookup speculation (`None`: off).
     pub spec: Option<crate::speculate::Speculation>,
-    /// Drafts at the end of the feed in progress (checked once it has run).
-    pub pending_drafts: Vec<u32>,
     /// When the engine received the request.
     pub received: Instant,
     /// When the first token was sampled.
@@ -101,7 +99,9 @@ impl Job {
             phase: Phase::Start,
             logits: Logits::default(),
             input: Some(req.input),
-            sampler: Sampler::with_breakers(req.sampling.clone(), breakers),
+            spec: (req.sampling.lookup > 0)
+                .then(|| crate::speculate::Speculation::new(req.sampling.lookup)),
+            sampler: Sampler::with_breakers(req.sampling, breakers),
             stop: StopMatcher::new(&req.stop),
             detok: None,
             max_tokens: req.max_tokens,
@@ -112,9 +112,6 @@ impl Job {
             history_floor: None,
             prompt_done: false,
             answer_start: 0,
-            spec: (req.sampling.lookup > 0)
-                .then(|| crate::speculate::Speculation::new(req.sampling.lookup)),
-            pending_drafts: Vec::new(),
             received: Instant::now(),
             first_token: None,
             last_token: None,

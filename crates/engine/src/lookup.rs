@@ -12,6 +12,8 @@ use std::collections::HashMap;
 
 /// The longest n-gram the index keys on by default.
 pub const DEFAULT_NGRAM_MAX: usize = 3;
+/// The longest `ngram_max` a request may ask for.
+pub const MAX_NGRAM: usize = 8;
 
 /// Where each n-gram of a token history last ended.
 #[derive(Debug, Clone)]

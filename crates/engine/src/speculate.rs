@@ -12,7 +12,7 @@
 //! otherwise draws from `p` without `d`: the usual speculative rule for a one-hot draft.)
 //! Cells of rejected drafts are cut from the State before anything else happens to it.
 
-use crate::lookup::{DraftLength, NgramIndex};
+use crate::lookup::DraftLength;
 use crate::session::Session;
 use statelm_model::Logits;
 
@@ -41,8 +41,12 @@ impl Drafts {
 /// Per-generation speculation state.
 #[derive(Debug)]
 pub(crate) struct Speculation {
+    /// Drafts being fed (at the end of the feed in progress), not yet in flight.
+    pub pending: Vec<u32>,
     /// Drafts in flight.
     pub drafts: Option<Drafts>,
+    /// The logits buffer of the last drafts, handed back to the decode loop for reuse.
+    spare: Option<Logits>,
     /// How many to draft next.
     pub length: DraftLength,
     /// Tokens drafted (fed speculatively).
@@ -55,16 +59,19 @@ impl Speculation {
     /// Speculation drafting up to `lookup` tokens (clamped to [`MAX_LOOKUP`]).
     pub fn new(lookup: usize) -> Speculation {
         Speculation {
+            pending: Vec::new(),
             drafts: None,
+            spare: None,
             length: DraftLength::new(lookup.min(MAX_LOOKUP)),
             drafted: 0,
             accepted: 0,
         }
     }
 
-    /// Drafts `tokens` are in the State, with `rows` the logits after the sampled token and
+    /// The pending drafts are in the State, with `rows` the logits after the sampled token and
     /// after each of them.
-    pub fn start(&mut self, tokens: Vec<u32>, rows: Logits) {
+    pub fn start(&mut self, rows: Logits) {
+        let tokens = std::mem::take(&mut self.pending);
         self.drafted += tokens.len();
         self.drafts = Some(Drafts {
             tokens,
@@ -96,6 +103,7 @@ impl Speculation {
         };
         self.length.update(d.tokens.len(), d.next);
         let cut = d.unchecked();
+        self.spare = Some(d.rows);
         if cut > 0 {
             if let Some(state) = s.state.as_mut() {
                 let len = state.len();
@@ -109,13 +117,10 @@ impl Speculation {
         let d = self.drafts.as_mut()?;
         Some(d.rows.row_mut(d.next))
     }
-}
 
-/// Up to `max` drafts for what follows `s`'s history (the index brought up to date first).
-pub(crate) fn draft(index: &mut NgramIndex, history: &[u32], max: usize) -> Vec<u32> {
-    if max == 0 {
-        return Vec::new();
+    /// The logits buffer of settled drafts, if not taken yet (so a forward pass after drafts
+    /// reuses it instead of allocating).
+    pub fn take_spare(&mut self) -> Option<Logits> {
+        self.spare.take()
     }
-    index.extend(history);
-    index.draft(history, max)
 }

@@ -109,19 +109,14 @@ pub(crate) fn tokenize(
     }
 }
 
-/// Context indices where a user turn starts in `state` followed by `feed`, at or after
-/// `from` (empty without a turn header).
-pub(crate) fn context_turns(
-    header: Option<&[u32]>,
-    state: &[u32],
-    feed: &[u32],
-    from: usize,
-) -> Vec<usize> {
+/// Context indices where a user turn starts in `state` followed by `feed` (empty without a
+/// turn header).
+pub(crate) fn context_turns(header: Option<&[u32]>, state: &[u32], feed: &[u32]) -> Vec<usize> {
     let Some(h) = header else {
         return Vec::new();
     };
     let context: Vec<u32> = state.iter().chain(feed).copied().collect();
-    find_turn_starts(&context, h, from)
+    find_turn_starts(&context, h, 0)
 }
 
 /// A streaming detokenizer for text that continues a context: the leading space an SPM

@@ -621,10 +621,9 @@ int statelm_session_info_json(const struct StatelmEngine *engine, uint64_t sessi
  * `dry_last_n`, `dry_sequence_breakers`, `loop_guard`, and `lookup` (prompt-lookup
  * decoding: up to N drafted tokens checked per forward pass, at most 15; the text is
  * unchanged, DONE reports `drafted_tokens` and `accepted_tokens`) with `ngram_max`. What it
- * leaves out takes the
- * model's chat defaults: the file's `general.sampling.*` settings where it has them, else
- * temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, DRY 0.8 with the loop guard, and
- * `max_tokens` 512.
+ * leaves out takes the model's chat defaults: the file's `general.sampling.*` settings where
+ * it has them, else temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, DRY 0.8 with the loop
+ * guard, and `max_tokens` 512.
  *
  * `*out_request` (if not NULL) receives the request id, for `statelm_wait` and
  * `statelm_cancel` (0 on failure; ids are never 0). The last event is always DONE or ERROR;

@@ -423,9 +423,10 @@ impl Common {
             Some(n) => p.lookup = n as usize,
             None => {}
         }
+        let max = statelm_engine::lookup::MAX_NGRAM as i64;
         match self.ngram_max {
-            Some(n) if !(1..=8).contains(&n) => {
-                let msg = format!("ngram_max must be between 1 and 8 (got {n})");
+            Some(n) if !(1..=max).contains(&n) => {
+                let msg = format!("ngram_max must be between 1 and {max} (got {n})");
                 return Err(ApiError::bad_param("ngram_max", msg));
             }
             Some(n) => p.ngram_max = n as usize,

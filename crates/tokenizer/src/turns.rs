@@ -76,24 +76,15 @@ impl Tokenizer {
             .map_or(0, |i| i + 1);
         let start = after_end + ids[after_end..].iter().position(|&t| self.is_control(t))?;
         let mut header = ids[start..].to_vec();
-        while header.len() > 1 {
-            let last = *header.last()?;
-            let blank = self
-                .token_bytes(last)
-                .is_some_and(|b| self.decode_piece_is_blank(b));
-            if !blank {
-                break;
-            }
+        // A token's bytes are its decoded text: whitespace is whitespace in both vocabularies.
+        let blank = |t: u32| {
+            self.token_bytes(t)
+                .is_some_and(|b| b.trim_ascii().is_empty())
+        };
+        while header.len() > 1 && header.last().is_some_and(|&t| blank(t)) {
             header.pop();
         }
         Some(header)
-    }
-
-    /// Whether a token's text is only whitespace (in either vocabulary's spelling).
-    fn decode_piece_is_blank(&self, piece: &[u8]) -> bool {
-        let text = String::from_utf8_lossy(piece);
-        text.chars()
-            .all(|c| c.is_whitespace() || c == '\u{2581}' || c == '\u{010a}' || c == '\u{0120}')
     }
 }
 

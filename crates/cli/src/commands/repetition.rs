@@ -39,16 +39,21 @@ impl RepetitionArgs {
     }
 }
 
+/// `statelm_engine::speculate::MAX_LOOKUP`, for clap.
+const MAX_LOOKUP: i64 = statelm_engine::speculate::MAX_LOOKUP as i64;
+/// `statelm_engine::lookup::MAX_NGRAM`, for clap.
+const MAX_NGRAM: i64 = statelm_engine::lookup::MAX_NGRAM as i64;
+
 /// Prompt-lookup speculative decoding options (see `statelm_engine::speculate`).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct LookupArgs {
     /// Prompt-lookup decoding: check up to N tokens drafted from the conversation's own
     /// history per forward pass (0: off; at most 15). The text is exactly what plain decoding
     /// gives; answers that copy their input (code edits, quotes) come faster.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=15))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=MAX_LOOKUP))]
     lookup: Option<u16>,
     /// Longest n-gram drafts are looked up by.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=8))]
+    #[arg(long, value_name = "N", default_value_t = statelm_engine::lookup::DEFAULT_NGRAM_MAX as u16, value_parser = clap::value_parser!(u16).range(1..=MAX_NGRAM))]
     ngram_max: u16,
 }
 
