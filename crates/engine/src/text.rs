@@ -19,16 +19,9 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// Tokenizes text the way prompts are (special-token texts are parsed).
+/// Tokenizes prompt text ([`Tokenizer::encode_prompt`]: special-token texts parsed, one BOS).
 fn encode(tok: &Tokenizer, text: &str, add_special: bool) -> Result<Vec<u32>, EngineError> {
-    let mut ids = tok.encode(text, add_special, true)?;
-    // A template or text that spells out BOS, tokenized with BOS added, starts with two.
-    if let Some(bos) = tok.bos_id() {
-        if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-            ids.remove(0);
-        }
-    }
-    Ok(ids)
+    Ok(tok.encode_prompt(text, add_special)?)
 }
 
 /// How many of `tokens` are the tokens of `prefix` (their common start).
@@ -70,8 +63,8 @@ pub(crate) fn tokenize(
         }
         Input::Chat(messages) => {
             let conv = with_system(messages, system);
-            let rendered = tok.render_chat(&conv, true)?;
-            let ids = encode(tok, &rendered, true)?;
+            // Message contents are text: only the template's markers are control tokens.
+            let ids = tok.encode_chat(&conv, true)?;
             let pinned = match conv.first() {
                 Some(m) if m.role == "system" => tok
                     .system_prefix(&m.content)

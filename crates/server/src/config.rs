@@ -15,8 +15,10 @@ pub struct ServerConfig {
     pub model_id: String,
     /// Other names requests may use for the model (`"statelm"` is always accepted).
     pub aliases: Vec<String>,
-    /// Bearer key every `/v1/*` request must present (`None`: no authentication).
-    pub api_key: Option<String>,
+    /// Bearer keys `/v1/*` requests must present, one of them (empty: no authentication).
+    /// Each key is a tenant of its own: requests never reuse sessions — cached prefixes,
+    /// `cached_tokens`, memory events — of another key, nor of another `user` of the same key.
+    pub api_keys: Vec<String>,
     /// Largest request body in bytes (larger: 413).
     pub max_body_bytes: usize,
     /// Largest prompt in tokens (larger: 400 `context_length_exceeded`). Prompts over a
@@ -52,7 +54,7 @@ impl std::fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("model_id", &self.model_id)
             .field("aliases", &self.aliases)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("api_keys", &format!("<{} set>", self.api_keys.len()))
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_prompt_tokens", &self.max_prompt_tokens)
             .field("max_tokens_limit", &self.max_tokens_limit)
@@ -82,7 +84,7 @@ impl ServerConfig {
             model,
             model_id: model_id.into(),
             aliases,
-            api_key: None,
+            api_keys: Vec::new(),
             max_body_bytes: 1 << 20,
             max_prompt_tokens: 32768,
             max_tokens_limit: 8192,

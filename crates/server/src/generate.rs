@@ -5,7 +5,7 @@
 use crate::error::ApiError;
 use crate::format::event_json;
 use crate::request::Params;
-use crate::sessions::Lease;
+use crate::sessions::{Lease, Tenant};
 use crate::state::AppState;
 use futures::StreamExt;
 use serde_json::Value;
@@ -59,13 +59,13 @@ pub(crate) async fn start(
     input: Input,
     prompt: &[u32],
     params: &Params,
-    user: Option<&str>,
+    tenant: &Tenant,
 ) -> Result<Started, ApiError> {
-    let named = user.filter(|_| app.cfg.durable_sessions);
+    let named = (tenant.durable_name(app.cfg.api_keys.len())).filter(|_| app.cfg.durable_sessions);
     let acquire = || async {
-        match named {
-            Some(name) => app.sessions.acquire_named(name, prompt).await,
-            None => app.sessions.acquire(prompt).await,
+        match &named {
+            Some(name) => app.sessions.acquire_named(name, tenant, prompt).await,
+            None => app.sessions.acquire(prompt, tenant).await,
         }
     };
     let mut lease = acquire().await?;

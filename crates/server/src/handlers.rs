@@ -4,6 +4,7 @@ use crate::error::ApiError;
 use crate::format::{event_header_item, Kind, Shape};
 use crate::generate::{self, Started};
 use crate::request::{chat_messages, parse_body, ChatRequest, CompletionRequest, Params, Prompt};
+use crate::sessions::Tenant;
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,7 +13,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 use statelm_engine::Input;
 use std::sync::Arc;
@@ -57,27 +58,52 @@ fn bearer_token(v: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-async fn authenticate(State(app): App, req: Request, next: Next) -> Response {
-    if let Some(key) = &app.cfg.api_key {
+/// Which of the server's API keys a request presented (`None` when the server has none).
+#[derive(Debug, Clone, Copy)]
+struct KeyIndex(Option<usize>);
+
+/// The index of the key equal to `given`, comparing with every key in constant time.
+fn key_index(given: &str, keys: &[String]) -> Option<usize> {
+    let mut found = None;
+    for (i, k) in keys.iter().enumerate() {
+        if constant_time_eq(given.as_bytes(), k.as_bytes()) {
+            found = found.or(Some(i));
+        }
+    }
+    found
+}
+
+async fn authenticate(State(app): App, mut req: Request, next: Next) -> Response {
+    let keys = &app.cfg.api_keys;
+    let index = if keys.is_empty() {
+        None
+    } else {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
-        match given {
-            None => {
-                return ApiError::unauthorized(
-                    "missing API key: send it as `Authorization: Bearer KEY`",
-                )
-                .into_response()
-            }
-            Some(k) if !constant_time_eq(k.as_bytes(), key.as_bytes()) => {
-                return ApiError::unauthorized("incorrect API key").into_response()
-            }
-            Some(_) => {}
+        let Some(given) = given else {
+            return ApiError::unauthorized(
+                "missing API key: send it as `Authorization: Bearer KEY`",
+            )
+            .into_response();
+        };
+        match key_index(given, keys) {
+            Some(i) => Some(i),
+            None => return ApiError::unauthorized("incorrect API key").into_response(),
         }
-    }
+    };
+    req.extensions_mut().insert(KeyIndex(index));
     next.run(req).await
+}
+
+/// The tenant of a request: its API key and `user`.
+fn tenant(key: Option<Extension<KeyIndex>>, user: Option<&str>) -> Tenant {
+    Tenant {
+        key: key.and_then(|Extension(KeyIndex(k))| k),
+        user: user.map(str::to_string),
+    }
 }
 
 async fn count_responses(State(app): App, req: Request, next: Next) -> Response {
@@ -123,7 +149,11 @@ fn body(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiE
     })
 }
 
-async fn chat_completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Response {
+async fn chat_completions(
+    State(app): App,
+    key: Option<Extension<KeyIndex>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Response {
     let result = async {
         let bytes = body(b, app.cfg.max_body_bytes)?;
         let req: ChatRequest = parse_body(&bytes)?;
@@ -133,14 +163,19 @@ async fn chat_completions(State(app): App, b: Result<Bytes, BytesRejection>) -> 
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let messages = chat_messages(&req.messages)?;
         let prompt = app.tokenize_chat(&messages).await?;
-        let user = req.common.user.as_deref();
-        let started = generate::start(&app, Input::Chat(messages), &prompt, &params, user).await?;
+        let tenant = tenant(key, req.common.user.as_deref());
+        let started =
+            generate::start(&app, Input::Chat(messages), &prompt, &params, &tenant).await?;
         respond(app.clone(), app.shape(Kind::Chat), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(
+    State(app): App,
+    key: Option<Extension<KeyIndex>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Response {
     let result = async {
         let bytes = body(b, app.cfg.max_body_bytes)?;
         let req: CompletionRequest = parse_body(&bytes)?;
@@ -149,8 +184,8 @@ async fn completions(State(app): App, b: Result<Bytes, BytesRejection>) -> Respo
             .common
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let (input, prompt) = completion_input(&app, req.prompt).await?;
-        let user = req.common.user.as_deref();
-        let started = generate::start(&app, input, &prompt, &params, user).await?;
+        let tenant = tenant(key, req.common.user.as_deref());
+        let started = generate::start(&app, input, &prompt, &params, &tenant).await?;
         respond(app.clone(), app.shape(Kind::Completion), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)

@@ -9,6 +9,12 @@
 //! are never shared: concurrent requests get different sessions. The engine decides spilling
 //! and trimming; the pool only chooses.
 //!
+//! Sessions belong to a [`Tenant`] (the API key a request presented and its `user` field):
+//! a request only ever reuses its own tenant's sessions, so neither the KV cache nor
+//! `cached_tokens` nor a pending memory event can tell one tenant about another's text. When
+//! the pool is full of other tenants' idle sessions, the least recently used one is closed and
+//! a fresh session made in its place.
+//!
 //! With durable sessions, a request naming its conversation (`user`) gets the engine's
 //! durable session of that name ([`statelm_engine::EngineHandle::open_session`]: resumed
 //! from disk after a restart or a kill); named sessions are never lent to other requests,
@@ -23,9 +29,33 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Shortest match that counts as a continuation (more than a BOS token).
 const MIN_REUSE: usize = 2;
 
+/// Who a request belongs to: the index of the API key it presented (`None` without keys)
+/// and its `user` field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Tenant {
+    /// Which of the server's API keys.
+    pub key: Option<usize>,
+    /// The request's `user` (OpenAI's end-user id).
+    pub user: Option<String>,
+}
+
+impl Tenant {
+    /// The durable session name of this tenant's conversation: the `user` itself with at most
+    /// one API key (so existing session directories keep working), else prefixed by the key's
+    /// position (`k1-alice`) so that two keys' users never share a conversation.
+    pub fn durable_name(&self, keys: usize) -> Option<String> {
+        let user = self.user.as_deref()?;
+        Some(match self.key {
+            Some(k) if keys > 1 => format!("k{k}-{user}"),
+            _ => user.to_string(),
+        })
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     id: SessionId,
+    tenant: Tenant,
     /// The durable session's name (never lent to anonymous requests).
     name: Option<String>,
     history: Vec<u32>,
@@ -74,8 +104,12 @@ fn reuse_score(history: &[u32], prompt: &[u32]) -> usize {
 }
 
 enum Pick {
+    /// An idle session of the tenant, and how many prompt tokens it shares.
     Take(usize, usize),
+    /// A new session (the pool has room).
     Create,
+    /// Close another tenant's idle session (least recently used) and create one.
+    Replace(usize),
     Full,
 }
 
@@ -85,9 +119,9 @@ fn continues(score: usize, history_len: usize) -> bool {
 }
 
 impl Table {
-    fn pick(&self, prompt: &[u32], max: usize) -> Pick {
+    fn pick(&self, prompt: &[u32], tenant: &Tenant, max: usize) -> Pick {
         let scored: Vec<(usize, usize, u64)> = (self.slots.iter().enumerate())
-            .filter(|(_, s)| !s.busy && s.name.is_none())
+            .filter(|(_, s)| !s.busy && s.name.is_none() && s.tenant == *tenant)
             .map(|(i, s)| (i, reuse_score(&s.history, prompt), s.last_used))
             .collect();
         let continued = (scored.iter())
@@ -104,8 +138,16 @@ impl Table {
             .max_by_key(|&&(_, score, used)| (score, std::cmp::Reverse(used)))
         {
             Some(&(i, score, _)) => Pick::Take(i, score),
-            None => Pick::Full,
+            None => self.lru_idle().map_or(Pick::Full, Pick::Replace),
         }
+    }
+
+    /// The least recently used idle session.
+    fn lru_idle(&self) -> Option<usize> {
+        (self.slots.iter().enumerate())
+            .filter(|(_, s)| !s.busy)
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(i, _)| i)
     }
 }
 
@@ -135,19 +177,27 @@ impl Sessions {
         (t.slots.len(), t.slots.iter().filter(|s| s.busy).count())
     }
 
-    /// Takes a session for a request whose full prompt is `prompt`.
-    pub async fn acquire(self: &Arc<Self>, prompt: &[u32]) -> Result<Lease, ApiError> {
+    /// Takes a session of `tenant` for a request whose full prompt is `prompt`.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        prompt: &[u32],
+        tenant: &Tenant,
+    ) -> Result<Lease, ApiError> {
         let pick = {
             let mut t = self.table();
-            let pick = t.pick(prompt, self.max);
-            match pick {
-                Pick::Take(i, _) => t.slots[i].busy = true,
-                Pick::Create => t.creating += 1,
-                Pick::Full => {}
-            }
-            match pick {
-                Pick::Take(i, score) => Some((t.slots[i].id, score)),
-                Pick::Create => None,
+            match t.pick(prompt, tenant, self.max) {
+                Pick::Take(i, score) => {
+                    t.slots[i].busy = true;
+                    Ok((t.slots[i].id, score))
+                }
+                Pick::Create => {
+                    t.creating += 1;
+                    Err(None)
+                }
+                Pick::Replace(i) => {
+                    t.creating += 1;
+                    Err(Some(t.slots.remove(i).id))
+                }
                 Pick::Full => {
                     return Err(ApiError::overloaded(format!(
                         "all {} sessions are busy; retry later",
@@ -157,8 +207,8 @@ impl Sessions {
             }
         };
         let (id, expected_reuse) = match pick {
-            Some(taken) => taken,
-            None => (self.create().await?, 0),
+            Ok(taken) => taken,
+            Err(victim) => (self.create(victim, tenant).await?, 0),
         };
         Ok(Lease {
             pool: self.clone(),
@@ -168,8 +218,12 @@ impl Sessions {
         })
     }
 
-    async fn create(self: &Arc<Self>) -> Result<SessionId, ApiError> {
-        match self.settle(None, None).await? {
+    async fn create(
+        self: &Arc<Self>,
+        victim: Option<SessionId>,
+        tenant: &Tenant,
+    ) -> Result<SessionId, ApiError> {
+        match self.settle(victim, None, tenant.clone()).await? {
             Err(e @ EngineError::TooManySessions { .. }) => Err(ApiError::overloaded(format!(
                 "{e}; all sessions of this server are busy"
             ))),
@@ -177,12 +231,13 @@ impl Sessions {
         }
     }
 
-    /// Ends a pending creation: on success the new session joins the pool, busy, under
-    /// `name` (durable) or none.
+    /// Ends a pending creation: on success the new session joins the pool, busy, for
+    /// `tenant` under `name` (durable) or none.
     fn register(
         &self,
         created: Result<SessionId, EngineError>,
         name: Option<&str>,
+        tenant: Tenant,
     ) -> Result<SessionId, EngineError> {
         let mut t = self.table();
         t.creating -= 1;
@@ -190,6 +245,7 @@ impl Sessions {
         let last_used = self.tick();
         t.slots.push(Slot {
             id,
+            tenant,
             name: name.map(str::to_string),
             history: Vec::new(),
             busy: true,
@@ -198,11 +254,13 @@ impl Sessions {
         Ok(id)
     }
 
-    /// Takes the durable session `name` for a request whose full prompt is `prompt`
-    /// (opening or resuming it; the least recently used idle session is closed to make room).
+    /// Takes the durable session `name` of `tenant` for a request whose full prompt is
+    /// `prompt` (opening or resuming it; the least recently used idle session is closed to
+    /// make room).
     pub async fn acquire_named(
         self: &Arc<Self>,
         name: &str,
+        tenant: &Tenant,
         prompt: &[u32],
     ) -> Result<Lease, ApiError> {
         let (found, victim) = {
@@ -218,12 +276,7 @@ impl Sessions {
             } else {
                 let full = t.slots.len() + t.creating >= self.max;
                 let victim = full
-                    .then(|| {
-                        (t.slots.iter().enumerate())
-                            .filter(|(_, s)| !s.busy)
-                            .min_by_key(|(_, s)| s.last_used)
-                            .map(|(i, _)| i)
-                    })
+                    .then(|| t.lru_idle())
                     .flatten()
                     .map(|i| t.slots.remove(i).id);
                 t.creating += 1;
@@ -232,7 +285,10 @@ impl Sessions {
         };
         let (id, expected_reuse) = match found {
             Some(taken) => taken,
-            None => (self.settle(victim, Some(name.to_string())).await??, 0),
+            None => {
+                let made = self.settle(victim, Some(name.to_string()), tenant.clone());
+                (made.await??, 0)
+            }
         };
         Ok(Lease {
             pool: self.clone(),
@@ -251,6 +307,7 @@ impl Sessions {
         self: &Arc<Self>,
         victim: Option<SessionId>,
         name: Option<String>,
+        tenant: Tenant,
     ) -> Result<Result<SessionId, EngineError>, ApiError> {
         let pool = self.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -263,7 +320,7 @@ impl Sessions {
                 Some(n) => pool.engine.open_session(n, opts).await,
                 None => pool.engine.create_session(opts).await,
             };
-            let registered = pool.register(made, name.as_deref());
+            let registered = pool.register(made, name.as_deref(), tenant);
             if let Err(Ok(id)) = tx.send(registered) {
                 pool.release(id, Vec::new());
             }
@@ -311,9 +368,16 @@ impl Drop for Lease {
 mod tests {
     use super::*;
 
+    impl Table {
+        fn pick_any(&self, prompt: &[u32], max: usize) -> Pick {
+            self.pick(prompt, &Tenant::default(), max)
+        }
+    }
+
     fn slot(id: u64, history: &[u32], busy: bool, last_used: u64) -> Slot {
         Slot {
             id: SessionId(id),
+            tenant: Tenant::default(),
             name: None,
             history: history.to_vec(),
             busy,
@@ -332,20 +396,23 @@ mod tests {
             creating: 0,
         };
         assert!(matches!(
-            t.pick(&[1, 2, 3, 4, 5, 6, 7], 8),
+            t.pick_any(&[1, 2, 3, 4, 5, 6, 7], 8),
             Pick::Take(1, 5)
         ));
         // A regenerated answer (the prompt is a prefix of the history) reuses it too.
-        assert!(matches!(t.pick(&[1, 2, 3, 4], 8), Pick::Take(1, 4)));
+        assert!(matches!(t.pick_any(&[1, 2, 3, 4], 8), Pick::Take(1, 4)));
         // Only a shared start: a new session while there is room...
-        assert!(matches!(t.pick(&[1, 2, 9, 9, 9, 9, 9], 8), Pick::Create));
-        assert!(matches!(t.pick(&[1, 9], 8), Pick::Create));
+        assert!(matches!(
+            t.pick_any(&[1, 2, 9, 9, 9, 9, 9], 8),
+            Pick::Create
+        ));
+        assert!(matches!(t.pick_any(&[1, 9], 8), Pick::Create));
         // ...else the idle one sharing the most, least recently used first.
         assert!(matches!(
-            t.pick(&[1, 2, 9, 9, 9, 9, 9], 3),
+            t.pick_any(&[1, 2, 9, 9, 9, 9, 9], 3),
             Pick::Take(0, 2)
         ));
-        assert!(matches!(t.pick(&[7], 3), Pick::Take(0, 0)));
+        assert!(matches!(t.pick_any(&[7], 3), Pick::Take(0, 0)));
     }
 
     #[test]
@@ -354,8 +421,8 @@ mod tests {
             slots: vec![slot(1, &[1, 2, 3], true, 0)],
             creating: 1,
         };
-        assert!(matches!(t.pick(&[1, 2, 3], 2), Pick::Full));
-        assert!(matches!(t.pick(&[1, 2, 3], 3), Pick::Create));
+        assert!(matches!(t.pick_any(&[1, 2, 3], 2), Pick::Full));
+        assert!(matches!(t.pick_any(&[1, 2, 3], 3), Pick::Create));
     }
 
     #[test]
@@ -363,5 +430,53 @@ mod tests {
         // Trimmed or not: the engine decides what of the State a departing prompt keeps.
         assert_eq!(reuse_score(&[1, 2, 3], &[1, 2, 4]), 2);
         assert_eq!(reuse_score(&[1, 2, 3], &[1, 2, 3, 4]), 3);
+    }
+
+    #[test]
+    fn tenants_never_share_sessions() {
+        let alice = Tenant {
+            key: None,
+            user: Some("alice".into()),
+        };
+        let mut t = Table {
+            slots: vec![slot(1, &[1, 2, 3, 4], false, 5), slot(2, &[7, 7], false, 1)],
+            creating: 0,
+        };
+        t.slots[0].tenant = alice.clone();
+        // Bob continues Alice's prompt: never her session; a new one while there is room...
+        let bob = Tenant {
+            key: None,
+            user: Some("bob".into()),
+        };
+        assert!(matches!(t.pick(&[1, 2, 3, 4, 5], &bob, 8), Pick::Create));
+        // ...else another tenant's least recently used idle session is replaced, not reused.
+        assert!(matches!(
+            t.pick(&[1, 2, 3, 4, 5], &bob, 2),
+            Pick::Replace(1)
+        ));
+        assert!(matches!(
+            t.pick(&[1, 2, 3, 4, 5], &alice, 2),
+            Pick::Take(0, 4)
+        ));
+        t.slots[1].busy = true;
+        assert!(matches!(
+            t.pick(&[1, 2, 3, 4, 5], &bob, 2),
+            Pick::Replace(0)
+        ));
+        t.slots[0].busy = true;
+        assert!(matches!(t.pick(&[1, 2, 3, 4, 5], &bob, 2), Pick::Full));
+    }
+
+    #[test]
+    fn durable_names_are_per_key_with_several_keys() {
+        let t = |key, user: &str| Tenant {
+            key,
+            user: Some(user.into()),
+        };
+        assert_eq!(t(Some(0), "bob").durable_name(1).as_deref(), Some("bob"));
+        assert_eq!(t(None, "bob").durable_name(0).as_deref(), Some("bob"));
+        assert_eq!(t(Some(1), "bob").durable_name(2).as_deref(), Some("k1-bob"));
+        assert_eq!(t(Some(0), "bob").durable_name(2).as_deref(), Some("k0-bob"));
+        assert_eq!(Tenant::default().durable_name(2), None);
     }
 }

@@ -88,38 +88,41 @@ impl AppState {
         }
     }
 
-    /// Tokenizes a prompt the way the engine does (special-token texts parsed, BOS added
-    /// once), off the async threads, and checks its size.
+    /// Tokenizes a prompt the way the engine does (`Tokenizer::encode_prompt`), off the async
+    /// threads, and checks its size.
     pub async fn tokenize(&self, text: String) -> Result<Vec<u32>, ApiError> {
         let model = self.cfg.model.clone();
-        let ids = tokio::task::spawn_blocking(move || {
-            let tok = model.tokenizer();
-            let mut ids = tok.encode(&text, true, true)?;
-            if let Some(bos) = tok.bos_id() {
-                if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-                    ids.remove(0);
-                }
-            }
-            Ok::<_, statelm_model::ModelError>(ids)
+        let encode = move || model.tokenizer().encode_prompt(&text, true);
+        self.tokenize_with(encode, |e| {
+            ApiError::invalid(format!("cannot tokenize the prompt: {e}"))
         })
         .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
-        .map_err(|e| ApiError::invalid(format!("cannot tokenize the prompt: {e}")))?;
-        self.check_prompt_len(ids.len())?;
-        Ok(ids)
     }
 
-    /// Renders a conversation with the model's chat template and tokenizes it.
+    /// Renders a conversation with the model's chat template and tokenizes it the way the
+    /// engine does (`Tokenizer::encode_chat`: message contents are text), off the async
+    /// threads, and checks its size.
     pub async fn tokenize_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ApiError> {
-        let rendered = self
-            .cfg
-            .model
-            .tokenizer()
-            .render_chat(messages, true)
-            .map_err(|e| {
-                ApiError::bad_param("messages", format!("cannot apply the chat template: {e}"))
-            })?;
-        self.tokenize(rendered).await
+        let model = self.cfg.model.clone();
+        let messages = messages.to_vec();
+        let encode = move || model.tokenizer().encode_chat(&messages, true);
+        self.tokenize_with(encode, |e| {
+            ApiError::bad_param("messages", format!("cannot encode the conversation: {e}"))
+        })
+        .await
+    }
+
+    async fn tokenize_with<E: std::fmt::Display + Send + 'static>(
+        &self,
+        encode: impl FnOnce() -> Result<Vec<u32>, E> + Send + 'static,
+        refuse: impl FnOnce(E) -> ApiError,
+    ) -> Result<Vec<u32>, ApiError> {
+        let ids = tokio::task::spawn_blocking(encode)
+            .await
+            .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+            .map_err(refuse)?;
+        self.check_prompt_len(ids.len())?;
+        Ok(ids)
     }
 
     /// 400 `context_length_exceeded` for prompts over the limit.

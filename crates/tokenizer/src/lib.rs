@@ -42,6 +42,7 @@ mod error;
 mod gguf;
 mod heap;
 mod pretokenize;
+mod prompt;
 mod special;
 mod spm;
 mod turns;
@@ -148,6 +149,18 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_guarded(text, add_special, parse_special, &[])
+    }
+
+    /// [`Tokenizer::encode`] where control-token texts inside the sorted, disjoint byte
+    /// ranges `plain` stay text even with `parse_special`.
+    fn encode_guarded(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        plain: &[(usize, usize)],
+    ) -> Result<Vec<u32>, TokenizerError> {
         if text.len() > MAX_INPUT_BYTES {
             return Err(TokenizerError::InputTooLarge(text.len()));
         }
@@ -155,7 +168,9 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.specials.ids.bos);
         }
-        let frags = self.matcher.partition(text, parse_special, &self.vocab);
+        let frags = self
+            .matcher
+            .partition(text, parse_special, plain, &self.vocab);
         match &self.model {
             Model::Spm(spm) => {
                 let mut prev_special = true;

@@ -349,7 +349,22 @@ impl SpecialMatcher {
         SpecialMatcher { all, plain }
     }
 
-    pub fn partition(&self, text: &str, parse_special: bool, vocab: &Vocab) -> Vec<Fragment> {
+    /// Whether a control (or unknown) token's text occurs in `text`: what `parse_special`
+    /// would turn into a token there.
+    pub fn has_control(&self, text: &str, vocab: &Vocab) -> bool {
+        (self.all.occurring(text.as_bytes()).iter())
+            .any(|&id| vocab.has(id, attr::CONTROL | attr::UNKNOWN))
+    }
+
+    /// Splits `text` into fragments. `plain`: sorted, disjoint byte ranges where control texts
+    /// stay text even with `parse_special` (message contents inside a rendered chat).
+    pub fn partition(
+        &self,
+        text: &str,
+        parse_special: bool,
+        plain: &[(usize, usize)],
+        vocab: &Vocab,
+    ) -> Vec<Fragment> {
         let bytes = text.as_bytes();
         if bytes.is_empty() {
             return Vec::new();
@@ -364,6 +379,7 @@ impl SpecialMatcher {
         cands.sort_unstable_by_key(|&id| (Reverse(vocab.text(id).len()), id));
         for id in cands {
             let pat = vocab.text(id).as_bytes();
+            let guarded = !plain.is_empty() && vocab.has(id, attr::CONTROL | attr::UNKNOWN);
             let finder = memmem::Finder::new(pat);
             let mut out = Vec::with_capacity(frags.len() + 2);
             for f in frags {
@@ -374,6 +390,9 @@ impl SpecialMatcher {
                 let mut cur = s;
                 for m in finder.find_iter(&bytes[s..e]) {
                     let ms = s + m;
+                    if ms < cur || (guarded && overlaps(plain, ms, ms + pat.len())) {
+                        continue;
+                    }
                     if ms > cur {
                         out.push(Fragment::Text(cur, ms));
                     }
@@ -388,4 +407,10 @@ impl SpecialMatcher {
         }
         frags
     }
+}
+
+/// Whether `[s, e)` overlaps one of the sorted, disjoint `ranges`.
+fn overlaps(ranges: &[(usize, usize)], s: usize, e: usize) -> bool {
+    let i = ranges.partition_point(|&(_, re)| re <= s);
+    ranges.get(i).is_some_and(|&(rs, _)| rs < e)
 }

@@ -292,14 +292,7 @@ impl<'a> Repl<'a> {
 
     /// Tokenizes like the engine does for prompts.
     fn encode(&self, text: &str) -> Vec<u32> {
-        let tok = self.model.tokenizer();
-        let mut ids = tok.encode(text, true, true).unwrap_or_default();
-        if let Some(bos) = tok.bos_id() {
-            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-                ids.remove(0);
-            }
-        }
-        ids
+        (self.model.tokenizer().encode_prompt(text, true)).unwrap_or_default()
     }
 
     /// Tokens of the system prompt at the start of `first_turn` (pinned against trimming).

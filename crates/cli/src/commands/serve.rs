@@ -39,9 +39,15 @@ pub struct ServeArgs {
     /// Port to listen on (0: any free port).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1 routes.
-    #[arg(long, env = "STATELM_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
+    /// Require `Authorization: Bearer KEY` on /v1 routes. Repeat it (or separate keys by
+    /// commas) for several keys: each key is a tenant, never reusing another's sessions.
+    #[arg(
+        long,
+        env = "STATELM_API_KEY",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    api_key: Vec<String>,
     /// Token budget of each conversation: beyond it the middle is trimmed (and reported)
     /// [default: 4096, or the tier's budget with --tier].
     #[arg(long, value_parser = clap::value_parser!(u32).range(8..))]
@@ -122,7 +128,12 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
     if let Some(stem) = path.file_stem() {
         cfg.aliases.push(stem.to_string_lossy().into_owned());
     }
-    cfg.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    cfg.api_keys = args
+        .api_key
+        .iter()
+        .filter(|k| !k.is_empty())
+        .cloned()
+        .collect();
     cfg.max_sessions = args.max_sessions as usize;
     cfg.token_budget = Some(budget);
     cfg.durable_sessions = args.session_dir.is_some();
@@ -139,7 +150,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
     cfg.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     cfg.allowed_hosts = args.allowed_host.clone();
     cfg.cors_origins = args.cors_origin.clone();
-    let auth = if cfg.api_key.is_some() {
+    let auth = if !cfg.api_keys.is_empty() {
         "API key required"
     } else {
         "no API key"
@@ -152,7 +163,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
         let local = listener.local_addr()?;
         eprintln!("statelm: serving {id} on http://{local}/v1 ({auth}; Ctrl-C to stop)");
         eprintln!("statelm: request defaults: {}", cfg.defaults.describe());
-        if !local.ip().is_loopback() && cfg.api_key.is_none() {
+        if !local.ip().is_loopback() && cfg.api_keys.is_empty() {
             eprintln!(
                 "statelm: WARNING: listening on {} without --api-key: anyone who can reach this \
                  address can use the model and read its conversations' cached prefixes",

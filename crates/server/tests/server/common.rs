@@ -85,7 +85,7 @@ pub async fn start_with(
     let spill = tempfile::tempdir().expect("tempdir");
     let mut ecfg = engine_config(spill.path());
     let mut cfg = ServerConfig::new(model.clone(), id);
-    cfg.api_key = Some(KEY.to_string());
+    cfg.api_keys = vec![KEY.to_string()];
     cfg.shutdown_grace = Duration::from_secs(2);
     tune(&mut ecfg, &mut cfg);
     ecfg.max_sessions = cfg.max_sessions;

@@ -6,6 +6,7 @@ mod clients;
 mod common;
 mod errors;
 mod http;
+mod isolation;
 mod leaks;
 mod lifecycle;
 mod trimmed_chat;
