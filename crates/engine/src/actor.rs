@@ -17,6 +17,7 @@ use crate::pressure::PressureInbox;
 use crate::request::{GenerateRequest, SessionOptions};
 use crate::session::Session;
 use crate::snapshot;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -100,6 +101,7 @@ impl Actor {
     pub fn run(mut self) {
         self.publish();
         while self.receive() {
+            crate::faults::thread(&self.jobs);
             self.check_pressure();
             self.flush_jobs();
             if let Some(i) = self.next_runnable() {
@@ -118,7 +120,7 @@ impl Actor {
     fn receive(&mut self) -> bool {
         if self.jobs.is_empty() {
             match self.rx.blocking_recv() {
-                Some(cmd) => self.handle(cmd),
+                Some(cmd) => self.handle_contained(cmd),
                 None => return false,
             }
         } else if !self.jobs.iter().any(runnable) {
@@ -126,7 +128,7 @@ impl Actor {
         }
         loop {
             match self.rx.try_recv() {
-                Ok(cmd) => self.handle(cmd),
+                Ok(cmd) => self.handle_contained(cmd),
                 Err(mpsc::error::TryRecvError::Empty) => return true,
                 Err(mpsc::error::TryRecvError::Disconnected) => return !self.jobs.is_empty(),
             }
@@ -169,7 +171,15 @@ impl Actor {
             job.emit_err(EngineError::UnknownSession(id));
             return;
         };
-        compute::step(job, &mut s, &mut self.core);
+        let core = &mut self.core;
+        let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            crate::faults::step(job);
+            compute::step(job, &mut s, core);
+        }));
+        if let Err(payload) = stepped {
+            return self.contain_panic(i, s, payload.as_ref());
+        }
+        let job = &mut self.jobs[i];
         let finished = job.is_finished();
         if finished {
             // The turn is complete: its tokens reach the disk before its `Done` goes out.
@@ -182,6 +192,31 @@ impl Actor {
             self.publish();
         }
         self.jobs[i].flush();
+    }
+
+    /// After a step of job `i` panicked: only that job fails. Its session is dropped — its
+    /// State may be half-written (a durable session resumes from its files on next open) —
+    /// the scratch is rebuilt, and every other session and job carries on.
+    fn contain_panic(&mut self, i: usize, mut s: Session, payload: &(dyn std::any::Any + Send)) {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|m| m.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        tracing::error!(session = s.id.0, panic = %what, "a generation step panicked; its session is dropped");
+        self.core.counters.panics += 1;
+        s.discard_spill_file();
+        drop(s);
+        self.core.scratch = statelm_model::Scratch::with_ubatch(self.core.chunk);
+        self.core.scratch_high_water = 0;
+        let job = &mut self.jobs[i];
+        job.phase = crate::job::Phase::Finished;
+        job.emit_err(EngineError::Internal(format!(
+            "the engine failed on this request ({what}); its session was dropped, other \
+             sessions are unaffected"
+        )));
+        job.flush();
+        self.publish();
     }
 
     /// Drops finished jobs whose events were delivered.
@@ -243,6 +278,17 @@ impl Actor {
         self.jobs
             .iter()
             .position(|j| j.session == id && !j.is_finished())
+    }
+
+    /// Handles a command; one that panics is dropped (its caller gets an error: the reply
+    /// channel closes) and the engine carries on.
+    fn handle_contained(&mut self, cmd: Command) {
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| self.handle(cmd))) {
+            let what = p.downcast_ref::<&str>().copied().unwrap_or("no message");
+            tracing::error!(panic = %what, "an engine command panicked; it was dropped");
+            self.core.counters.panics += 1;
+            self.publish();
+        }
     }
 
     fn handle(&mut self, cmd: Command) {

@@ -30,6 +30,7 @@ pub(crate) struct Counters {
     pub evictions: u64,
     pub restores: u64,
     pub refusals: u64,
+    pub panics: u64,
 }
 
 /// The engine's state apart from the jobs.
@@ -294,6 +295,7 @@ impl Core {
             evictions: c.evictions,
             restores: c.restores,
             admission_refusals: c.refusals,
+            panics: c.panics,
             kv_bytes_total: kv,
             state_bytes_total: st,
             scratch_bytes: self.scratch.bytes() as u64,

@@ -97,11 +97,14 @@ impl Inner {
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Command,
     ) -> Result<T, EngineError> {
         let (reply, rx) = oneshot::channel();
-        self.sender()?
-            .send(make(reply))
+        let tx = self.sender()?;
+        tx.send(make(reply))
             .await
             .map_err(|_| EngineError::ShuttingDown)?;
-        rx.await.map_err(|_| EngineError::ShuttingDown)?
+        rx.await.map_err(|_| match tx.is_closed() {
+            true => EngineError::ShuttingDown,
+            false => EngineError::Internal("the engine failed while handling this call".into()),
+        })?
     }
 
     fn cancels(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Arc<AtomicBool>>> {
@@ -236,6 +239,18 @@ impl EngineHandle {
     /// Figures about one session.
     pub async fn session_info(&self, id: SessionId) -> Result<SessionInfo, EngineError> {
         self.inner.call(|r| Command::Info(id, r)).await
+    }
+
+    /// Whether the engine thread is alive and taking commands (false once it stopped, for
+    /// whatever reason): what a health check should report.
+    pub fn is_running(&self) -> bool {
+        let thread = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let alive = thread.as_ref().is_some_and(|t| !t.is_finished());
+        alive && self.inner.tx.as_ref().is_some_and(|tx| !tx.is_closed())
     }
 
     /// Figures about the engine (published by the engine thread after every change; does not

@@ -78,6 +78,8 @@ pub struct EngineStats {
     pub restores: u64,
     /// Requests refused by admission control.
     pub admission_refusals: u64,
+    /// Generation steps that panicked (each failed its request and dropped its session).
+    pub panics: u64,
     /// KV bytes of every resident State.
     pub kv_bytes_total: u64,
     /// Bytes of every resident State (KV cache and history).

@@ -49,6 +49,7 @@ pub mod dry;
 mod durable;
 mod error;
 mod events;
+pub mod faults;
 mod footprint;
 mod handle;
 mod history_log;

@@ -264,15 +264,23 @@ async fn models(State(app): App) -> Json<serde_json::Value> {
     }))
 }
 
-async fn health(State(app): App) -> Json<serde_json::Value> {
+/// 200 while the engine thread runs, else 503: the engine's real liveness, not the last
+/// figures it published.
+async fn health(State(app): App) -> Response {
+    let running = app.engine.is_running();
     let stats = app.engine.stats().await;
-    Json(json!({
-        "status": "ok",
+    let body = Json(json!({
+        "status": if running { "ok" } else { "engine_stopped" },
         "model": app.cfg.model_id,
         "sessions": stats.sessions,
         "active_generations": stats.active_generations,
         "pressure": stats.pressure,
-    }))
+        "panics": stats.panics,
+    }));
+    match running {
+        true => body.into_response(),
+        false => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
+    }
 }
 
 async fn metrics(State(app): App) -> Response {

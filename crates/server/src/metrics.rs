@@ -110,6 +110,11 @@ const COUNTERS: &[EngineMetric] = &[
         "Requests refused for memory.",
         |s| s.admission_refusals as f64,
     ),
+    (
+        "panics_total",
+        "Engine steps that panicked (each failed its request and dropped its session).",
+        |s| s.panics as f64,
+    ),
 ];
 
 const GAUGES: &[EngineMetric] = &[

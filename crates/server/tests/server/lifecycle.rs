@@ -239,3 +239,64 @@ async fn the_loop_guard_and_dry_are_request_fields() {
         assert_eq!(r.status, 400, "{bad}: {}", r.text());
     }
 }
+
+/// A step that panics (a bug in a kernel or a sampler; injected here) fails only its request
+/// with a 500: other conversations keep their cache, later requests are served, and `/health`
+/// and `/metrics` count it. `/health` follows the engine's real liveness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_step_fails_only_its_request() {
+    let Some(server) = start(|_, _| {}).await else {
+        return;
+    };
+    let a = server.addr;
+    let post = |body: Value| async move {
+        let body = body.to_string();
+        request(a, "POST", "/v1/completions", Some(KEY), body.as_bytes()).await
+    };
+    let ask = |prompt: &str| json!({"prompt": prompt, "max_tokens": 2, "temperature": 0});
+    let story = "Once upon a time there was a lighthouse keeper who";
+    assert_eq!(post(ask(story)).await.status, 200);
+    let marker = statelm_engine::faults::PANIC_MARKER;
+    let r = post(ask(&format!("Hello {marker}"))).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("the engine failed on this request"),
+        "{}",
+        r.text()
+    );
+    // The other conversation kept its cache; new requests are served.
+    let again = post(ask(&format!("{story} lived"))).await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    let cached = &again.json()["usage"]["prompt_tokens_details"]["cached_tokens"];
+    assert!(cached.as_u64().unwrap_or(0) > 5, "{}", again.text());
+    let health = request(a, "GET", "/health", None, b"").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["panics"], 1, "{}", health.text());
+    assert_eq!(metric(&metrics(a).await, "statelm_panics_total"), 1.0);
+    assert!(server.engine.is_running());
+}
+
+/// `/health` answers from the engine's real liveness: once the engine thread is gone (an
+/// uncontained panic, injected here) it says 503, and requests get 503 instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_engine_thread() {
+    let Some(server) = start(|_, _| {}).await else {
+        return;
+    };
+    let a = server.addr;
+    assert_eq!(request(a, "GET", "/health", None, b"").await.status, 200);
+    let kill = statelm_engine::faults::KILL_MARKER;
+    let body = json!({"prompt": format!("Hi {kill}"), "max_tokens": 2}).to_string();
+    let r = request(a, "POST", "/v1/completions", Some(KEY), body.as_bytes()).await;
+    assert!(r.status >= 500, "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.engine.is_running() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let health = request(a, "GET", "/health", None, b"").await;
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert_eq!(health.json()["status"], "engine_stopped");
+    let body = json!({"prompt": "Hi", "max_tokens": 2}).to_string();
+    let r = request(a, "POST", "/v1/completions", Some(KEY), body.as_bytes()).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+}
