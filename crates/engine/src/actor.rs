@@ -456,6 +456,17 @@ impl Actor {
         self.core.make_room(size, 0, "a loaded session")?;
         let id = SessionId(self.core.next_session);
         let session = snapshot::load(path, &self.core.model, id)?;
+        let cap = self.core.config.session_capacity;
+        if let Some(c) = session
+            .state
+            .as_ref()
+            .map(|s| s.capacity())
+            .filter(|&c| c > cap)
+        {
+            return Err(EngineError::BadSessionFile(format!(
+                "the session holds {c} tokens of capacity; this engine's sessions hold {cap}"
+            )));
+        }
         self.core.next_session += 1;
         self.core.sessions.insert(id, session);
         Ok(id)

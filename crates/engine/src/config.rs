@@ -17,7 +17,10 @@ pub struct EngineConfig {
     pub token_budget: usize,
     /// Element type of the KV caches.
     pub kv_type: KvType,
-    /// Where idle sessions are spilled under memory pressure (created when needed).
+    /// Where idle sessions are spilled under memory pressure (default `$TMPDIR/statelm-spill-UID`):
+    /// created 0700 when needed, refused when it is a symlink or another user's; spill files
+    /// are 0600 and authenticated (HMAC-SHA256 under a per-process key, the tag kept in
+    /// memory), so a planted or swapped file is never read as a session's cache.
     pub spill_dir: PathBuf,
     /// Where durable sessions keep their history logs and KV snapshots
     /// ([`crate::EngineHandle::open_session`]); created with mode 0700 when needed. `None`:
@@ -52,7 +55,7 @@ impl Default for EngineConfig {
             session_capacity: 4096,
             token_budget: 4096,
             kv_type: KvType::default(),
-            spill_dir: std::env::temp_dir().join("statelm-spill"),
+            spill_dir: std::env::temp_dir().join(statelm_model::files::per_user("statelm-spill")),
             session_dir: None,
             queue_depth: 64,
             memory_ceiling: None,

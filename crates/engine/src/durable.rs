@@ -66,17 +66,15 @@ pub fn validate_session_name(name: &str) -> Result<(), EngineError> {
     }
 }
 
-/// Creates the session directory (mode 0700) if it is missing.
+/// Creates the session directory (mode 0700) if it is missing, or checks that an existing one
+/// is this user's own and closed to others ([`statelm_model::files::ensure_private_dir`]).
 fn ensure_dir(dir: &Path) -> Result<(), EngineError> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let mut b = std::fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)?;
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+    let existed = dir.is_dir();
+    statelm_model::files::ensure_private_dir(dir)?;
+    if let Some(parent) = dir
+        .parent()
+        .filter(|p| !existed && !p.as_os_str().is_empty())
+    {
         let _ = statelm_model::sync_dir(parent);
     }
     Ok(())
@@ -205,10 +203,18 @@ impl Actor {
             system_prompt: meta.system_prompt.or(opts.system_prompt),
         };
         let mut s = self.new_session(opts)?;
-        let history = contents.history;
+        let mut history = contents.history;
         let mut notes = Vec::new();
         if let Some(d) = &contents.damage {
             notes.push(format!("history log: {d}"));
+        }
+        let n_vocab = self.core.model.config().n_vocab;
+        if let Some(i) = history.iter().position(|&t| t as usize >= n_vocab) {
+            notes.push(format!(
+                "history log: token id {} is outside the vocabulary; the history ends before it",
+                history[i]
+            ));
+            history.truncate(i);
         }
         match self.load_snapshot(snap_path, s.id) {
             Ok(None) => notes.push("no KV snapshot".to_string()),

@@ -20,6 +20,8 @@ pub(crate) struct Session {
     pub state: Option<State>,
     /// Where its State was spilled.
     pub spill_path: Option<PathBuf>,
+    /// The spill file's authentication tag (what restoring it must find).
+    pub spill_tag: statelm_model::files::FileTag,
     /// Tokens in the State when it was spilled.
     pub spilled_tokens: usize,
     /// Every token of the conversation, including ones trimmed out of the State.
@@ -57,6 +59,7 @@ impl Session {
             opts,
             state: Some(state),
             spill_path: None,
+            spill_tag: [0; 32],
             spilled_tokens: 0,
             history: Vec::new(),
             evaluated: 0,
@@ -120,9 +123,9 @@ impl Session {
             return Ok(());
         };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            statelm_model::files::ensure_private_dir(dir)?;
         }
-        state.save_to_file(&path)?;
+        self.spill_tag = state.save_to_file_authenticated(&path)?;
         self.spilled_tokens = state.len();
         self.state = None;
         self.spill_path = Some(path);
@@ -137,7 +140,7 @@ impl Session {
         let path = self.spill_path.take().ok_or(EngineError::BadSessionFile(
             "spilled session has no spill file".into(),
         ))?;
-        let loaded = State::load_from_file(&path, model);
+        let loaded = State::load_from_file_authenticated(&path, model, &self.spill_tag);
         let _ = std::fs::remove_file(&path);
         self.state = Some(loaded?);
         Ok(true)

@@ -39,7 +39,13 @@ fn state_bytes(s: &Session) -> Result<Vec<u8>, EngineError> {
             state.save(&mut b)?;
             Ok(b)
         }
-        (None, Some(path)) => Ok(std::fs::read(path)?),
+        (None, Some(path)) => {
+            let bytes = std::fs::read(path)?;
+            match statelm_model::files::FileKey::process().verify(&bytes, &s.spill_tag) {
+                true => Ok(bytes),
+                false => Err(bad("the spill file is not the one this process wrote")),
+            }
+        }
         (None, None) => Err(EngineError::Internal("session has no State".into())),
     }
 }
@@ -119,7 +125,7 @@ pub(crate) fn decode(bytes: &[u8], model: &Model, id: SessionId) -> Result<Sessi
         return Err(bad("trailing bytes"));
     }
     let state = State::load(&mut snap, model)?;
-    validate(&meta, &state)?;
+    validate(&meta, &state, model.config().n_vocab)?;
     let opts = SessionOptions {
         token_budget: meta.token_budget,
         pinned_prefix: meta.pinned_prefix,
@@ -137,11 +143,23 @@ pub(crate) fn decode(bytes: &[u8], model: &Model, id: SessionId) -> Result<Sessi
     Ok(s)
 }
 
-/// Checks that the metadata and the State agree.
-fn validate(meta: &Meta, state: &State) -> Result<(), EngineError> {
+/// Checks that the metadata makes sense for the model and agrees with the State: a file can be
+/// CRC-valid and still hostile or mangled.
+fn validate(meta: &Meta, state: &State, n_vocab: usize) -> Result<(), EngineError> {
+    if let Some(t) = meta.history.iter().find(|&&t| t as usize >= n_vocab) {
+        return Err(bad(format!(
+            "history token id {t} is outside the vocabulary ({n_vocab} tokens)"
+        )));
+    }
     if meta.evaluated > meta.history.len() {
         return Err(bad("more tokens evaluated than in the history"));
     }
+    if meta.pinned > meta.history.len() || meta.pinned > state.capacity() {
+        return Err(bad(
+            "more tokens pinned than the history or the State holds",
+        ));
+    }
+
     if !meta.trimmed && state.tokens() != &meta.history[..meta.evaluated] {
         return Err(bad("the State does not hold the history it claims"));
     }

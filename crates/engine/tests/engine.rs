@@ -470,6 +470,58 @@ async fn saved_session_continues_like_the_original() {
     ));
 }
 
+/// Rewrites a session file's metadata with `edit` and a valid checksum (what a hostile or
+/// buggy writer could produce).
+fn with_meta(path: &std::path::Path, edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let b = std::fs::read(path).unwrap();
+    let meta_len = u64::from_le_bytes(b[12..20].try_into().unwrap()) as usize;
+    let mut meta: serde_json::Value = serde_json::from_slice(&b[20..20 + meta_len]).unwrap();
+    edit(&mut meta);
+    let meta = serde_json::to_vec(&meta).unwrap();
+    let mut out = b[..12].to_vec();
+    out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(&b[20 + meta_len..b.len() - 4]);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A checksum-valid session file whose fields make no sense (a token outside the vocabulary,
+/// more pinned tokens than the history) is refused at load, not accepted to fail every turn.
+#[tokio::test]
+async fn session_files_are_checked_for_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_, engine)) = engine(config(dir.path())) else {
+        return;
+    };
+    let s = session(&engine).await.unwrap();
+    run(&engine, greedy(s, Input::Text(PROMPT_A.into()), 4)).await;
+    let path = dir.path().join("s.session");
+    engine.save_session(s, &path).await.unwrap();
+    let bad = dir.path().join("bad.session");
+    let edits = [
+        (
+            "vocabulary",
+            "/history/1",
+            serde_json::json!(999_999_999u32),
+        ),
+        ("pinned", "/pinned", serde_json::json!(1_000_000_000_000u64)),
+        ("evaluated", "/evaluated", serde_json::json!(1_000_000u64)),
+    ];
+    for (what, field, value) in edits {
+        let edit = |m: &mut serde_json::Value| *m.pointer_mut(field).unwrap() = value.clone();
+        std::fs::write(&bad, with_meta(&path, edit)).unwrap();
+        match engine.load_session(&bad).await {
+            Err(EngineError::BadSessionFile(m)) => assert!(m.contains(what), "{what}: {m}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // The untouched rewrite loads (the edits, not the rewriting, are refused).
+    std::fs::write(&bad, with_meta(&path, |_| {})).unwrap();
+    engine.load_session(&bad).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_slow_reader_does_not_hold_up_other_sessions() {
     let dir = tempfile::tempdir().unwrap();

@@ -93,6 +93,63 @@ async fn warning_spills_idle_sessions_and_restores_them_on_use() {
     .await;
 }
 
+/// Spill files live in a directory only this user can enter and are authenticated: another
+/// (valid, same-model) snapshot planted in a session's place is refused — the conversation is
+/// recomputed from its own history and says so — instead of being read as its cache.
+#[tokio::test]
+async fn a_planted_spill_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = dir.path().join("spill");
+    let cfg = EngineConfig {
+        idle_after: Duration::ZERO,
+        ..config(&spill)
+    };
+    let Some((_, engine)) = engine(cfg) else {
+        return;
+    };
+    let reference = session(&engine).await.unwrap();
+    run(&engine, greedy(reference, Input::Text(PROMPT.into()), 4)).await;
+    let expected = run(&engine, greedy(reference, Input::Append(" Its".into()), 4)).await;
+    engine.close_session(reference).await.unwrap();
+    let a = session(&engine).await.unwrap();
+    run(&engine, greedy(a, Input::Text(PROMPT.into()), 4)).await;
+    let b = session(&engine).await.unwrap();
+    let other = "My favourite colour is green, because";
+    run(&engine, greedy(b, Input::Text(other.into()), 4)).await;
+    engine.memory_warning(PressureLevel::Warning);
+    eventually("both spills", || async {
+        engine.session_info(a).await.unwrap().spilled
+            && engine.session_info(b).await.unwrap().spilled
+    })
+    .await;
+    engine.memory_warning(PressureLevel::Normal);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&spill), 0o700, "the spill directory is private");
+        for f in std::fs::read_dir(&spill).unwrap() {
+            assert_eq!(mode(&f.unwrap().path()), 0o600, "spill files are private");
+        }
+    }
+    // Put B's spill file in A's place (what a local attacker with access could do).
+    let mut files: Vec<_> = (std::fs::read_dir(&spill).unwrap())
+        .map(|f| f.unwrap().path())
+        .collect();
+    files.sort_by_key(|p| p.to_string_lossy().ends_with(&format!("-{}.stlmsnap", b.0)));
+    assert_eq!(files.len(), 2);
+    std::fs::copy(&files[1], &files[0]).unwrap();
+    let r = run(&engine, greedy(a, Input::Append(" Its".into()), 4)).await;
+    let refused = r.events.iter().any(|e| {
+        matches!(e, Event::CacheEvicted { reason } if reason.contains("not the one this process wrote"))
+    });
+    assert!(refused, "{:?}", r.events);
+    assert_eq!(
+        r.tokens, expected.tokens,
+        "A's own conversation, recomputed"
+    );
+}
+
 #[tokio::test]
 async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,6 +25,7 @@
 
 mod attention;
 pub mod config;
+pub mod files;
 mod forward;
 pub mod kv;
 mod model;
@@ -40,13 +41,14 @@ pub mod tier;
 mod weights;
 
 pub use config::{Arch, ModelConfig};
+pub use files::{private_create_new, sync_dir, write_file_atomic};
 pub use forward::Trace;
 pub use kv::KvType;
 pub use model::{
     default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model, Numerics,
 };
 pub use scratch::Scratch;
-pub use snapshot::{private_create_new, sync_dir, write_file_atomic, SnapshotError};
+pub use snapshot::SnapshotError;
 pub use state::{RetainMethod, RetainOutcome, State, StateOptions};
 pub use weights::Weights;
 

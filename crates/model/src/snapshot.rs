@@ -6,6 +6,7 @@
 //! u64 key bytes + keys, u64 value bytes + values; finally a CRC-32 of everything before it.
 //! Files are written to a temporary sibling, synced, and renamed into place.
 
+use crate::files::{write_file_atomic_with, FileKey, FileTag};
 use crate::kv::KvType;
 use crate::state::State;
 use crate::{Model, ModelError};
@@ -14,6 +15,10 @@ use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"STLMSNAP";
 const VERSION: u32 = 1;
+
+/// The largest capacity a snapshot may claim (16 Mi tokens): anything larger is corrupt or
+/// hostile, not a conversation.
+const MAX_CAPACITY: usize = 1 << 24;
 
 /// Why a snapshot could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +42,9 @@ pub enum SnapshotError {
     /// Fields that contradict each other or the model.
     #[error("invalid snapshot: {0}")]
     Invalid(String),
+    /// Not the file this process wrote (its authentication tag differs).
+    #[error("the file is not the one this process wrote (authentication failed)")]
+    NotAuthentic,
 }
 
 impl State {
@@ -55,6 +63,39 @@ impl State {
             w.flush()
         })
         .map_err(ModelError::from)
+    }
+
+    /// [`State::save_to_file`], returning the file's HMAC-SHA256 under this process's key
+    /// ([`FileKey::process`]): kept in memory by the caller, it lets
+    /// [`State::load_from_file_authenticated`] refuse any other file found at `path` later (a
+    /// spill file swapped or planted by another local user).
+    pub fn save_to_file_authenticated(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> Result<FileTag, ModelError> {
+        let key = FileKey::process();
+        let tag = write_file_atomic_with(path.as_ref(), |f| {
+            let mut w = key.writer(std::io::BufWriter::new(f));
+            self.write_snapshot(&mut w)?;
+            let (mut inner, tag) = w.finish();
+            inner.flush()?;
+            Ok(tag)
+        })?;
+        Ok(tag)
+    }
+
+    /// Reads a snapshot file written by [`State::save_to_file_authenticated`] that returned
+    /// `tag`; any other file is refused ([`SnapshotError::NotAuthentic`]).
+    pub fn load_from_file_authenticated(
+        path: impl AsRef<Path>,
+        model: &Model,
+        tag: &FileTag,
+    ) -> Result<State, ModelError> {
+        let bytes = std::fs::read(path)?;
+        if !FileKey::process().verify(&bytes, tag) {
+            return Err(SnapshotError::NotAuthentic.into());
+        }
+        State::from_snapshot_bytes(&bytes, model)
     }
 
     /// Size in bytes of the snapshot this state would write.
@@ -134,6 +175,15 @@ impl State {
         if n_tokens > capacity || n_cached > n_tokens {
             return Err(SnapshotError::Invalid("token counts exceed the capacity".into()).into());
         }
+        if capacity > MAX_CAPACITY {
+            let msg = format!("a capacity of {capacity} tokens (at most {MAX_CAPACITY})");
+            return Err(SnapshotError::Invalid(msg).into());
+        }
+        let n_vocab = model.config().n_vocab;
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            let msg = format!("token id {t} is outside the vocabulary ({n_vocab} tokens)");
+            return Err(SnapshotError::Invalid(msg).into());
+        }
         let mut state = model.new_state_with(crate::StateOptions { capacity, kv_type })?;
         if c.u32()? as usize != state.layers.len() {
             return Err(SnapshotError::Invalid("layer count differs from the model".into()).into());
@@ -166,72 +216,6 @@ impl State {
         state.n_cached = n_cached;
         Ok(state)
     }
-}
-
-/// Writes `bytes` to `path` atomically: a temporary sibling with a unique name, created with
-/// `O_EXCL` and mode 0600, is written and fsynced, renamed into place, and the directory is
-/// fsynced, so a reader (or a restart after a kill) never sees a half-written file (also used
-/// for the engine's session files).
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_file_atomic_with(path, |f| f.write_all(bytes))
-}
-
-/// [`write_file_atomic`] with the contents written by `write` into the temporary file.
-fn write_file_atomic_with(
-    path: &Path,
-    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let unique = format!(
-        "{}-{}-{nanos:08x}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let tmp = dir.join(format!(".{name}.tmp-{unique}"));
-    let result = (|| {
-        let mut f = private_create_new(&tmp)?;
-        write(&mut f)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Creates a new file (failing if it exists, `O_EXCL`), readable and writable by its owner
-/// only (0600 on Unix).
-pub fn private_create_new(path: &Path) -> std::io::Result<std::fs::File> {
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o.open(path)
-}
-
-/// Fsyncs a directory, so a rename or a new file in it survives a crash (a no-op where
-/// directories cannot be opened).
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    std::fs::File::open(dir)?.sync_all()?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
 }
 
 /// Passes bytes on and keeps the CRC-32 of what passed.

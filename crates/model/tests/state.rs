@@ -283,3 +283,75 @@ fn bytes_grow_with_tokens_and_clear_keeps_capacity() {
     state.shrink();
     assert!(state.bytes() <= some);
 }
+
+/// A CRC-valid snapshot can still be hostile: token ids outside the vocabulary and absurd
+/// capacities are refused before anything is allocated or computed; and an authenticated
+/// snapshot (a spill file) refuses any file but the one this process wrote.
+#[test]
+fn snapshots_are_checked_for_meaning_and_authenticity() {
+    let (dir, model) = synthetic(Arch::Qwen2, 8);
+    let mut state = model.new_state(128);
+    model.forward(&mut state, &prompt(17)).unwrap();
+    let mut bytes = Vec::new();
+    state.save(&mut bytes).unwrap();
+    // Header: magic 8, version 4, fingerprint 32, KV type 1, capacity 8, token count 8.
+    let patched = |at: usize, value: &[u8]| {
+        let mut b = bytes.clone();
+        b[at..at + value.len()].copy_from_slice(value);
+        let body = b.len() - 4;
+        let crc = crc32fast::hash(&b[..body]);
+        b[body..].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    let invalid = |b: Vec<u8>| match statelm_model::State::load(&mut &b[..], &model) {
+        Err(ModelError::Snapshot(SnapshotError::Invalid(m))) => m,
+        other => panic!("{:?}", other.map(|s| s.len())),
+    };
+    assert!(invalid(patched(61, &999_999_999u32.to_le_bytes())).contains("vocabulary"));
+    assert!(invalid(patched(45, &(1u64 << 40).to_le_bytes())).contains("capacity"));
+
+    let a = dir.path().join("a.snap");
+    let b = dir.path().join("b.snap");
+    let tag = state.save_to_file_authenticated(&a).unwrap();
+    let back = statelm_model::State::load_from_file_authenticated(&a, &model, &tag).unwrap();
+    assert_eq!(back.tokens(), state.tokens());
+    let mut other = model.new_state(128);
+    model.forward(&mut other, &prompt(9)).unwrap();
+    other.save_to_file_authenticated(&b).unwrap();
+    std::fs::copy(&b, &a).unwrap();
+    let err = statelm_model::State::load_from_file_authenticated(&a, &model, &tag).unwrap_err();
+    assert!(
+        matches!(err, ModelError::Snapshot(SnapshotError::NotAuthentic)),
+        "{err}"
+    );
+}
+
+/// Private directories: created 0700, an existing one tightened, a symlink or another user's
+/// directory refused.
+#[cfg(unix)]
+#[test]
+fn private_directories_are_this_users_own() {
+    use statelm_model::files::ensure_private_dir;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let nested = dir.path().join("a/b");
+    ensure_private_dir(&nested).unwrap();
+    assert_eq!(mode(&nested), 0o700);
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    ensure_private_dir(&open).unwrap();
+    assert_eq!(mode(&open), 0o700);
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&open, &link).unwrap();
+    let err = ensure_private_dir(&link).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    // Another user's directory (only root can make one here).
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    if std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).is_ok() {
+        let err = ensure_private_dir(&theirs).unwrap_err();
+        assert!(err.to_string().contains("another user"), "{err}");
+    }
+}
