@@ -44,6 +44,19 @@ pub struct ServerConfig {
     /// Host names requests may address the server by, besides IP addresses and `localhost`
     /// (other `Host` headers get 403: the DNS-rebinding guard).
     pub allowed_hosts: Vec<String>,
+    /// Generations running at once (`None`: `max_sessions`); more wait in a fair queue.
+    pub max_concurrent: Option<usize>,
+    /// Requests that may wait for a generation slot; beyond them, 503 with `Retry-After`.
+    pub max_queued: usize,
+    /// How long a request waits for a slot before it gets 503.
+    pub queue_timeout: Duration,
+    /// Longest a generation may run; then it is stopped and the reply says so.
+    pub max_generation_time: Duration,
+    /// Time a connection has to send a request's headers — and the longest an idle keep-alive
+    /// connection is kept (hyper's header-read timer, which starts as it waits for a request).
+    pub header_read_timeout: Duration,
+    /// Open connections at most; beyond them new ones get 503 and are closed.
+    pub max_connections: usize,
     /// Web origins whose cross-origin requests are allowed (`*`: any), with CORS headers;
     /// other requests carrying an `Origin` that is not the server itself get 403.
     pub cors_origins: Vec<String>,
@@ -65,14 +78,22 @@ impl std::fmt::Debug for ServerConfig {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
+            .field("max_concurrent", &self.max_concurrent)
+            .field("max_queued", &self.max_queued)
+            .field("queue_timeout", &self.queue_timeout)
+            .field("max_generation_time", &self.max_generation_time)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }
 
 impl ServerConfig {
     /// Defaults: no API key, 1 MiB bodies, prompts up to 32768 tokens, `max_tokens` up to
-    /// 8192, the model's chat defaults for what requests leave out, 16 sessions, the engine's token budget, 10 s shutdown grace, no
-    /// host names beyond `localhost` and no cross-origin callers.
+    /// 8192, the model's chat defaults for what requests leave out, 16 sessions, the engine's
+    /// token budget, 10 s shutdown grace, no host names beyond `localhost` and no cross-origin
+    /// callers; as many generations at once as sessions, 64 waiting up to 30 s, 10 minutes per
+    /// generation, 10 s to send headers (and idle keep-alive), 512 connections.
     /// The model's `general.name` is accepted as an alias.
     pub fn new(model: Arc<Model>, model_id: impl Into<String>) -> ServerConfig {
         let mut aliases = Vec::new();
@@ -95,7 +116,18 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
+            max_concurrent: None,
+            max_queued: 64,
+            queue_timeout: Duration::from_secs(30),
+            max_generation_time: Duration::from_secs(600),
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 512,
         }
+    }
+
+    /// Generations running at once: `max_concurrent`, at most `max_sessions`.
+    pub fn concurrency(&self) -> usize {
+        (self.max_concurrent.unwrap_or(self.max_sessions)).clamp(1, self.max_sessions.max(1))
     }
 
     /// Whether a request's `model` names the served model. Lenient: `"statelm"`, the id and

@@ -4,6 +4,7 @@
 
 use crate::error::ApiError;
 use crate::format::event_json;
+use crate::gate::Slot;
 use crate::request::Params;
 use crate::sessions::{Lease, Tenant};
 use crate::state::AppState;
@@ -23,6 +24,21 @@ pub(crate) struct Started {
     pub lease: Lease,
     pub stream: GenerationStream,
     pub first: Event,
+    /// When the generation must stop (the server's `max_generation_time`).
+    pub deadline: tokio::time::Instant,
+    /// Its generation slot, held to the end.
+    pub slot: Slot,
+}
+
+/// The event that says a generation was stopped at the time limit, as reply JSON.
+pub(crate) fn time_limit_event(limit: Duration) -> Value {
+    serde_json::json!({
+        "event": "time_limit",
+        "reason": format!(
+            "the generation ran for the server's limit of {} s and was stopped",
+            limit.as_secs()
+        ),
+    })
 }
 
 /// What an engine event means for a reply.
@@ -60,6 +76,7 @@ pub(crate) async fn start(
     prompt: &[u32],
     params: &Params,
     tenant: &Tenant,
+    slot: Slot,
 ) -> Result<Started, ApiError> {
     let named = (tenant.durable_name(app.cfg.api_keys.len())).filter(|_| app.cfg.durable_sessions);
     let acquire = || async {
@@ -81,11 +98,14 @@ pub(crate) async fn start(
         });
         match stream.next().await {
             Some(Ok(first)) => {
+                let deadline = tokio::time::Instant::now() + app.cfg.max_generation_time;
                 return Ok(Started {
                     lease,
                     stream,
                     first,
-                })
+                    deadline,
+                    slot,
+                });
             }
             Some(Err(EngineError::SessionBusy(_))) if attempts < BUSY_RETRIES => {
                 attempts += 1;
@@ -116,9 +136,12 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Api
         mut lease,
         mut stream,
         first,
+        deadline,
+        slot: _slot,
     } = s;
     let mut abort = app.abort.subscribe();
     let mut aborting = false;
+    let mut timed_out = false;
     let mut text = String::new();
     let mut events = Vec::new();
     let mut next = Some(Ok(first));
@@ -130,6 +153,12 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Api
                 _ = abort.wait_for(|a| *a), if !aborting => {
                     aborting = true;
                     stream.cancel();
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline), if !timed_out => {
+                    timed_out = true;
+                    stream.cancel();
+                    events.push(time_limit_event(app.cfg.max_generation_time));
                     continue;
                 }
             },

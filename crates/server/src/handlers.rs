@@ -162,10 +162,11 @@ async fn chat_completions(
             .common
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let messages = chat_messages(&req.messages)?;
+        let slot = app.gate.enter().await?;
         let prompt = app.tokenize_chat(&messages).await?;
         let tenant = tenant(key, req.common.user.as_deref());
-        let started =
-            generate::start(&app, Input::Chat(messages), &prompt, &params, &tenant).await?;
+        let input = Input::Chat(messages);
+        let started = generate::start(&app, input, &prompt, &params, &tenant, slot).await?;
         respond(app.clone(), app.shape(Kind::Chat), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -183,9 +184,10 @@ async fn completions(
         let params = req
             .common
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
+        let slot = app.gate.enter().await?;
         let (input, prompt) = completion_input(&app, req.prompt).await?;
         let tenant = tenant(key, req.common.user.as_deref());
-        let started = generate::start(&app, input, &prompt, &params, &tenant).await?;
+        let started = generate::start(&app, input, &prompt, &params, &tenant, slot).await?;
         respond(app.clone(), app.shape(Kind::Completion), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -239,7 +241,12 @@ async fn respond(
             params.include_usage,
         ));
     }
-    let c = generate::collect(&app, started).await?;
+    // A client that leaves drops this future: the guard counts it (the generation is cancelled
+    // as the engine stream drops).
+    let abandoned = Abandoned(&app.metrics.abandoned);
+    let c = generate::collect(&app, started).await;
+    std::mem::forget(abandoned);
+    let c = c?;
     let body = shape.response(&c.text, &c.done, &c.events);
     let mut resp = Json(body).into_response();
     if !c.events.is_empty() {
@@ -249,6 +256,15 @@ async fn respond(
         }
     }
     Ok(resp)
+}
+
+/// Counts a non-streaming request whose client went away (dropped unless forgotten).
+struct Abandoned<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 async fn models(State(app): App) -> Json<serde_json::Value> {
@@ -285,7 +301,11 @@ async fn health(State(app): App) -> Response {
 
 async fn metrics(State(app): App) -> Response {
     let stats = app.engine.stats().await;
-    let text = crate::metrics::render(&stats, &app.metrics, app.sessions.counts());
+    let load = crate::metrics::Load {
+        pool: app.sessions.counts(),
+        gate: (app.gate.running(app.cfg.concurrency()), app.gate.waiting()),
+    };
+    let text = crate::metrics::render(&stats, &app.metrics, load);
     (
         [(
             header::CONTENT_TYPE,

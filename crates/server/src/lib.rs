@@ -31,9 +31,11 @@
 mod config;
 mod error;
 mod format;
+mod gate;
 mod generate;
 mod guard;
 mod handlers;
+mod listen;
 mod metrics;
 mod request;
 mod sessions;
@@ -44,7 +46,7 @@ pub use config::ServerConfig;
 pub use error::ServerError;
 
 use statelm_engine::EngineHandle;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -82,12 +84,10 @@ pub async fn serve_with_shutdown(
     let grace = app.cfg.shutdown_grace;
     let router = handlers::build(app.clone());
     let (stop_tx, mut stop_rx) = watch::channel(false);
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            signal.await;
-            let _ = stop_tx.send(true);
-        })
-        .into_future();
+    let server = listen::serve(listener, router, app.clone(), async move {
+        signal.await;
+        let _ = stop_tx.send(true);
+    });
     tokio::pin!(server);
     tokio::select! {
         r = &mut server => return r.map_err(ServerError::from),

@@ -15,6 +15,12 @@ pub(crate) struct Metrics {
     pub disconnects: AtomicU64,
     /// Streams running.
     pub streams_active: AtomicI64,
+    /// Connections open.
+    pub connections_open: AtomicI64,
+    /// Connections refused at the connection cap.
+    pub connections_refused: AtomicU64,
+    /// Non-streaming requests whose client went away before the reply (cancelled).
+    pub abandoned: AtomicU64,
 }
 
 impl Metrics {
@@ -154,9 +160,16 @@ const GAUGES: &[EngineMetric] = &[
     ),
 ];
 
+/// The server's own figures beside its counters: the pool's sessions (all, busy) and the
+/// gate's generations (running, waiting).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Load {
+    pub pool: (usize, usize),
+    pub gate: (usize, usize),
+}
+
 /// Renders the metrics page.
-pub(crate) fn render(s: &EngineStats, m: &Metrics, pool: (usize, usize)) -> String {
-    use std::sync::atomic::Ordering::Relaxed;
+pub(crate) fn render(s: &EngineStats, m: &Metrics, load: Load) -> String {
     let mut o = Out(String::new());
     for (kind, list) in [("counter", COUNTERS), ("gauge", GAUGES)] {
         for (name, help, value) in list {
@@ -202,32 +215,7 @@ pub(crate) fn render(s: &EngineStats, m: &Metrics, pool: (usize, usize)) -> Stri
         &format!("level=\"{}\"", level.to_lowercase()),
         1,
     );
-    o.metric(
-        "server_sessions",
-        "gauge",
-        "Sessions in the server's reuse pool.",
-        pool.0,
-    );
-    o.metric(
-        "server_sessions_busy",
-        "gauge",
-        "Pool sessions serving a request.",
-        pool.1,
-    );
-    let disconnects = m.disconnects.load(Relaxed);
-    o.metric(
-        "client_disconnects_total",
-        "counter",
-        "Streams whose client left.",
-        disconnects,
-    );
-    let active = m.streams_active.load(Relaxed);
-    o.metric(
-        "streams_active",
-        "gauge",
-        "Streaming responses in progress.",
-        active,
-    );
+    render_server(&mut o, m, load);
     o.head(
         "http_responses_total",
         "counter",
@@ -238,6 +226,70 @@ pub(crate) fn render(s: &EngineStats, m: &Metrics, pool: (usize, usize)) -> Stri
         o.line("http_responses_total", &format!("status=\"{status}\""), n);
     }
     o.0
+}
+
+/// The server's own gauges and counters.
+fn render_server(o: &mut Out, m: &Metrics, load: Load) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rows: [(&str, &str, &str, f64); 9] = [
+        (
+            "server_sessions",
+            "gauge",
+            "Sessions in the server's reuse pool.",
+            load.pool.0 as f64,
+        ),
+        (
+            "server_sessions_busy",
+            "gauge",
+            "Pool sessions serving a request.",
+            load.pool.1 as f64,
+        ),
+        (
+            "generations_running",
+            "gauge",
+            "Generations holding a slot.",
+            load.gate.0 as f64,
+        ),
+        (
+            "generations_waiting",
+            "gauge",
+            "Requests queued for a slot.",
+            load.gate.1 as f64,
+        ),
+        (
+            "client_disconnects_total",
+            "counter",
+            "Streams whose client left.",
+            m.disconnects.load(Relaxed) as f64,
+        ),
+        (
+            "requests_abandoned_total",
+            "counter",
+            "Non-streaming requests whose client left before the reply (cancelled).",
+            m.abandoned.load(Relaxed) as f64,
+        ),
+        (
+            "streams_active",
+            "gauge",
+            "Streaming responses in progress.",
+            m.streams_active.load(Relaxed) as f64,
+        ),
+        (
+            "connections_open",
+            "gauge",
+            "Open connections.",
+            m.connections_open.load(Relaxed) as f64,
+        ),
+        (
+            "connections_refused_total",
+            "counter",
+            "Connections refused at the connection cap.",
+            m.connections_refused.load(Relaxed) as f64,
+        ),
+    ];
+    for (name, kind, help, value) in rows {
+        o.metric(name, kind, help, value);
+    }
 }
 
 #[cfg(test)]
@@ -261,7 +313,7 @@ mod tests {
         let m = Metrics::default();
         m.record(200);
         m.record(200);
-        let text = render(&s, &m, (1, 0));
+        let text = render(&s, &m, Load::default());
         assert!(
             text.contains("statelm_generated_tokens_total 42\n"),
             "{text}"

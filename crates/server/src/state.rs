@@ -4,6 +4,7 @@
 use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::format::{Kind, Shape};
+use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::request::Limits;
 use crate::sessions::Sessions;
@@ -19,6 +20,8 @@ pub(crate) struct AppState {
     pub engine: EngineHandle,
     pub cfg: ServerConfig,
     pub sessions: Arc<Sessions>,
+    /// Bounds the generations running and waiting.
+    pub gate: Gate,
     pub metrics: Metrics,
     /// Set when in-flight generations must stop (the shutdown grace period is over).
     pub abort: watch::Sender<bool>,
@@ -42,10 +45,12 @@ impl AppState {
             ..SessionOptions::default()
         };
         let sessions = Arc::new(Sessions::new(engine.clone(), opts, cfg.max_sessions));
+        let gate = Gate::new(cfg.concurrency(), cfg.max_queued, cfg.queue_timeout);
         Arc::new(AppState {
             engine,
             cfg,
             sessions,
+            gate,
             metrics: Metrics::default(),
             abort: watch::channel(false).0,
             started: unix_now(),

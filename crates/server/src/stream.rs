@@ -106,6 +106,8 @@ async fn drive(
     let _active = ActiveGuard(&app);
     let mut abort = app.abort.subscribe();
     let mut aborting = false;
+    let mut timed_out = false;
+    let mut noted = false;
     let mut events = Vec::new();
     if let Some(role) = shape.role_chunk() {
         if !send(&tx, &role).await {
@@ -115,6 +117,14 @@ async fn drive(
     }
     let mut next = Some(Ok(s.first.clone()));
     let flow = loop {
+        if timed_out && !noted {
+            noted = true;
+            let v = crate::generate::time_limit_event(app.cfg.max_generation_time);
+            if !send(&tx, &shape.event_chunk(v.clone())).await {
+                break Flow::Gone;
+            }
+            events.push(v);
+        }
         let item = match next.take() {
             Some(item) => Some(item),
             None => tokio::select! {
@@ -122,6 +132,11 @@ async fn drive(
                 _ = tx.closed() => break Flow::Gone,
                 _ = abort.wait_for(|a| *a), if !aborting => {
                     aborting = true;
+                    s.stream.cancel();
+                    continue;
+                }
+                _ = tokio::time::sleep_until(s.deadline), if !timed_out => {
+                    timed_out = true;
                     s.stream.cancel();
                     continue;
                 }

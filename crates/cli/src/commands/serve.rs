@@ -100,6 +100,44 @@ pub struct ServeArgs {
     /// CORS headers; other cross-origin requests get 403.
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
+    /// Limits on connections and work.
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// Connection and work limits of `serve`.
+#[derive(Debug, clap::Args)]
+struct LimitArgs {
+    /// Generations running at once [default: --max-sessions]; more wait in a fair queue.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent: Option<u32>,
+    /// Requests that may wait for a generation; beyond them, 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    max_queued: usize,
+    /// Seconds a request waits for a generation before it gets 503.
+    #[arg(long, default_value_t = 30)]
+    queue_timeout: u64,
+    /// Seconds a generation may run; then it stops and the reply says so (time_limit).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    max_generation_time: u64,
+    /// Seconds a connection has to send its request headers, and an idle keep-alive
+    /// connection stays open.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout: u64,
+    /// Open connections at most; beyond them new ones get 503 and are closed.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
+}
+
+impl LimitArgs {
+    fn apply(&self, cfg: &mut ServerConfig) {
+        cfg.max_concurrent = self.max_concurrent.map(|n| n as usize);
+        cfg.max_queued = self.max_queued;
+        cfg.queue_timeout = Duration::from_secs(self.queue_timeout);
+        cfg.max_generation_time = Duration::from_secs(self.max_generation_time);
+        cfg.header_read_timeout = Duration::from_secs(self.header_timeout);
+        cfg.max_connections = self.max_connections as usize;
+    }
 }
 
 /// Runs the command.
@@ -150,6 +188,7 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
     cfg.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     cfg.allowed_hosts = args.allowed_host.clone();
     cfg.cors_origins = args.cors_origin.clone();
+    args.limits.apply(&mut cfg);
     let auth = if !cfg.api_keys.is_empty() {
         "API key required"
     } else {

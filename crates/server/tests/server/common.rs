@@ -159,3 +159,11 @@ pub fn metric(page: &str, name: &str) -> f64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no metric {name} in\n{page}"))
 }
+
+/// `logit_bias` banning every end-of-generation token (runs of a known length).
+pub fn no_eog(model: &Model) -> serde_json::Value {
+    let bias: serde_json::Map<String, serde_json::Value> = (model.tokenizer().eog_ids().iter())
+        .map(|id| (id.to_string(), serde_json::json!(-100)))
+        .collect();
+    serde_json::Value::Object(bias)
+}

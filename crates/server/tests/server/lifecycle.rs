@@ -1,20 +1,12 @@
 //! Memory events in replies, client disconnects, graceful shutdown.
 
-use crate::common::{metric, start, KEY};
+use crate::common::{metric, no_eog, start, KEY};
 use crate::http::{self, request, sse_data};
 use serde_json::{json, Value};
 use statelm_engine::PressureLevel;
 use std::time::{Duration, Instant};
 
 const CHAT: &str = "/v1/chat/completions";
-
-/// `logit_bias` banning every end-of-generation token (runs of a known length).
-fn no_eog(model: &statelm_model::Model) -> Value {
-    let bias: serde_json::Map<String, Value> = (model.tokenizer().eog_ids().iter())
-        .map(|id| (id.to_string(), json!(-100)))
-        .collect();
-    Value::Object(bias)
-}
 
 async fn metrics(addr: std::net::SocketAddr) -> String {
     request(addr, "GET", "/metrics", None, b"").await.text()
