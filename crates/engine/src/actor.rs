@@ -43,6 +43,7 @@ pub(crate) enum Command {
     Load(PathBuf, Reply<SessionId>),
     Info(SessionId, Reply<SessionInfo>),
     History(SessionId, Reply<Vec<u32>>),
+    List(Reply<Vec<SessionId>>),
     /// Look at the shared pressure level now.
     Wake,
 }
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     pub stats: Mutex<EngineStats>,
     /// Pressure reported from outside the engine thread (host warnings, an attached monitor).
     pub pressure: Mutex<PressureInbox>,
+    /// Failures of an attached monitor's memory sources: how many, and the last one.
+    pub source_errors: Mutex<(u64, Option<String>)>,
 }
 
 impl Shared {
@@ -62,6 +65,7 @@ impl Shared {
         Shared {
             stats: Mutex::default(),
             pressure: Mutex::new(PressureInbox::new(hold)),
+            source_errors: Mutex::default(),
         }
     }
 
@@ -335,6 +339,11 @@ impl Actor {
             Command::History(id, reply) => {
                 let history = self.core.sessions.get(&id).map(|s| s.history.clone());
                 let _ = reply.send(history.ok_or(EngineError::UnknownSession(id)));
+            }
+            Command::List(reply) => {
+                let mut ids: Vec<SessionId> = self.core.sessions.keys().copied().collect();
+                ids.sort_unstable();
+                let _ = reply.send(Ok(ids));
             }
             Command::Wake => {}
         }

@@ -296,6 +296,9 @@ impl Core {
             restores: c.restores,
             admission_refusals: c.refusals,
             panics: c.panics,
+            // The handle adds these (the engine thread does not see the monitor).
+            memory_source_errors: 0,
+            memory_source_error: None,
             kv_bytes_total: kv,
             state_bytes_total: st,
             scratch_bytes: self.scratch.bytes() as u64,

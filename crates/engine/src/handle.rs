@@ -236,6 +236,11 @@ impl EngineHandle {
         self.inner.call(|r| Command::History(id, r)).await
     }
 
+    /// The ids of every session the engine holds (resident or spilled), in order.
+    pub async fn session_ids(&self) -> Result<Vec<SessionId>, EngineError> {
+        self.inner.call(Command::List).await
+    }
+
     /// Figures about one session.
     pub async fn session_info(&self, id: SessionId) -> Result<SessionInfo, EngineError> {
         self.inner.call(|r| Command::Info(id, r)).await
@@ -266,7 +271,24 @@ impl EngineHandle {
         if let Some(tx) = &self.inner.tx {
             s.queue_depth = tx.max_capacity() - tx.capacity();
         }
+        let errors = self.inner.shared.source_errors.lock();
+        let errors = errors.unwrap_or_else(PoisonError::into_inner);
+        (s.memory_source_errors, s.memory_source_error) = errors.clone();
         s
+    }
+
+    /// Records that a memory source of an attached monitor failed: its level may be stale, so
+    /// this is logged and shown in [`EngineStats`] (`/health`, `/metrics`), never silent.
+    pub fn memory_source_failed(&self, source: &str, error: &str) {
+        tracing::warn!(
+            source,
+            error,
+            "a memory source failed; its pressure level may be stale"
+        );
+        let mut e = self.inner.shared.source_errors.lock();
+        let e = e.as_deref_mut().unwrap_or_else(|p| p.get_mut());
+        e.0 += 1;
+        e.1 = Some(format!("{source}: {error}"));
     }
 
     /// Reports a memory warning from the host (iOS `didReceiveMemoryWarning`, Android
@@ -363,10 +385,15 @@ impl EngineHandle {
     ) -> Result<Monitor, GovernorError> {
         let weak = self.downgrade();
         Monitor::spawn(sources, config, move |event| {
-            if let MonitorEvent::LevelChanged { level, .. } = event {
-                if let Some(engine) = weak.upgrade() {
-                    engine.pressure_level(level);
+            let Some(engine) = weak.upgrade() else {
+                return;
+            };
+            match event {
+                MonitorEvent::LevelChanged { level, .. } => engine.pressure_level(level),
+                MonitorEvent::SourceError { source, error } => {
+                    engine.memory_source_failed(source, &error);
                 }
+                MonitorEvent::Reading { .. } => {}
             }
         })
     }

@@ -80,6 +80,10 @@ pub struct EngineStats {
     pub admission_refusals: u64,
     /// Generation steps that panicked (each failed its request and dropped its session).
     pub panics: u64,
+    /// Failures of an attached monitor's memory sources (their level may be stale).
+    pub memory_source_errors: u64,
+    /// The last such failure (`source: error`).
+    pub memory_source_error: Option<String>,
     /// KV bytes of every resident State.
     pub kv_bytes_total: u64,
     /// Bytes of every resident State (KV cache and history).

@@ -75,7 +75,7 @@ pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};
 pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
-pub use request::{GenerateRequest, Input, SessionOptions};
+pub use request::{Encoded, GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_tokenizer::ChatMessage;

@@ -16,6 +16,15 @@ pub(crate) enum Prompt {
     Append(Vec<u32>),
 }
 
+impl Prompt {
+    /// The tokens, full or appended.
+    pub fn into_tokens(self) -> Vec<u32> {
+        match self {
+            Prompt::Full(t) | Prompt::Append(t) => t,
+        }
+    }
+}
+
 /// What a request does to a session before any budget trimming.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReusePlan {

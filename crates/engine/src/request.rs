@@ -32,6 +32,54 @@ pub enum Input {
     Append(String),
     /// The full context as token ids (reused as far as it matches).
     Tokens(Vec<u32>),
+    /// A `Text` or `Chat` input tokenized ahead of submission by [`Encoded::new`] — off the
+    /// engine thread, by a front end that needs the tokens itself (the server picks sessions
+    /// and checks sizes with them), so the prompt is tokenized once.
+    Encoded(Box<Encoded>),
+}
+
+/// A prompt tokenized ahead of submission (see [`Input::Encoded`]). The engine uses its tokens
+/// when the session's system prompt is the one it was encoded with, else encodes the original
+/// input again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub(crate) input: Input,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) pinned: Option<usize>,
+}
+
+impl Encoded {
+    /// Tokenizes `input` (`Text` or `Chat`) exactly as the engine would for a session whose
+    /// system prompt is `system_prompt`. Other inputs are refused (`Append` depends on the
+    /// session's history; `Tokens` need no encoding).
+    pub fn new(
+        tok: &statelm_tokenizer::Tokenizer,
+        input: Input,
+        system_prompt: Option<String>,
+    ) -> Result<Encoded, crate::EngineError> {
+        if !matches!(input, Input::Text(_) | Input::Chat(_)) {
+            return Err(crate::EngineError::InvalidRequest(
+                "only text and chat inputs can be encoded ahead".into(),
+            ));
+        }
+        let opts = SessionOptions {
+            system_prompt: system_prompt.clone(),
+            ..SessionOptions::default()
+        };
+        let t = crate::text::tokenize(tok, &input, &opts, true, tok.vocab_size())?;
+        Ok(Encoded {
+            input,
+            system_prompt,
+            tokens: t.prompt.into_tokens(),
+            pinned: t.pinned,
+        })
+    }
+
+    /// The prompt's tokens.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
 }
 
 /// A generation request.

@@ -88,6 +88,11 @@ pub(crate) fn tokenize(
                 pinned,
             })
         }
+        Input::Encoded(e) if e.system_prompt == opts.system_prompt => Ok(Tokenized {
+            prompt: Prompt::Full(e.tokens.clone()),
+            pinned: e.pinned,
+        }),
+        Input::Encoded(e) => tokenize(tok, &e.input, opts, history_empty, n_vocab),
         Input::Tokens(ids) => {
             if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
                 return Err(EngineError::InvalidRequest(format!(

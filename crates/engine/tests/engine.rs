@@ -610,3 +610,36 @@ async fn missing_or_foreign_session_files_are_refused() {
     let r = engine.save_session(unknown, &junk).await;
     assert!(matches!(r, Err(EngineError::UnknownSession(_))));
 }
+
+/// An input encoded ahead of submission (what the server does, off the engine thread) runs
+/// exactly as the input itself; encoded for another system prompt than the session's, the
+/// engine encodes the original input again.
+#[tokio::test]
+async fn encoded_inputs_run_like_their_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((model, engine)) = engine(config(dir.path())) else {
+        return;
+    };
+    let tok = model.tokenizer();
+    let chat = Input::Chat(vec![ChatMessage::new("user", "Name a colour.")]);
+    let text = Input::Text(PROMPT_A.into());
+    let system = statelm_engine::SessionOptions {
+        system_prompt: Some("You are terse.".into()),
+        ..Default::default()
+    };
+    for (input, opts) in [
+        (chat.clone(), Default::default()),
+        (text, Default::default()),
+        (chat, system),
+    ] {
+        let encoded = statelm_engine::Encoded::new(tok, input.clone(), None).unwrap();
+        let plain = engine.create_session(opts.clone()).await.unwrap();
+        let ahead = engine.create_session(opts).await.unwrap();
+        let a = run(&engine, greedy(plain, input, 6)).await;
+        let b = run(&engine, greedy(ahead, Input::Encoded(Box::new(encoded)), 6)).await;
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(a.done().prompt_tokens, b.done().prompt_tokens);
+    }
+    let refused = statelm_engine::Encoded::new(tok, Input::Append("x".into()), None);
+    assert!(matches!(refused, Err(EngineError::InvalidRequest(_))));
+}

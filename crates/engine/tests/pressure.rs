@@ -425,3 +425,41 @@ async fn mixed_load_keeps_every_session_consistent() {
         assert_eq!(r.done().generated_tokens, 2, "{r:?}");
     }
 }
+
+/// A memory source that always fails.
+struct Broken;
+
+impl statelm_governor::MemorySource for Broken {
+    fn name(&self) -> &'static str {
+        "broken"
+    }
+    fn read(&mut self) -> Result<statelm_governor::MemoryReading, statelm_governor::GovernorError> {
+        Err(statelm_governor::GovernorError::Unsupported(
+            "the file vanished".into(),
+        ))
+    }
+}
+
+/// A watched memory source that starts failing is not silent: the engine logs it and its
+/// figures (behind `/health` and `/metrics`) count it and name the last error.
+#[tokio::test]
+async fn failing_memory_sources_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_, engine)) = engine(config(dir.path())) else {
+        return;
+    };
+    let cfg = statelm_governor::MonitorConfig {
+        interval: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let _monitor = engine.attach_monitor(vec![Box::new(Broken)], cfg).unwrap();
+    eventually("the error", || async {
+        engine.stats().await.memory_source_errors > 0
+    })
+    .await;
+    let last = engine.stats().await.memory_source_error.unwrap_or_default();
+    assert!(
+        last.contains("broken") && last.contains("vanished"),
+        "{last}"
+    );
+}

@@ -57,6 +57,9 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Open connections at most; beyond them new ones get 503 and are closed.
     pub max_connections: usize,
+    /// How often the session pool is reconciled with the engine's sessions (orphans closed,
+    /// vanished sessions forgotten).
+    pub reconcile_interval: Duration,
     /// Web origins whose cross-origin requests are allowed (`*`: any), with CORS headers;
     /// other requests carrying an `Origin` that is not the server itself get 403.
     pub cors_origins: Vec<String>,
@@ -84,6 +87,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_generation_time", &self.max_generation_time)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("max_connections", &self.max_connections)
+            .field("reconcile_interval", &self.reconcile_interval)
             .finish()
     }
 }
@@ -122,6 +126,7 @@ impl ServerConfig {
             max_generation_time: Duration::from_secs(600),
             header_read_timeout: Duration::from_secs(10),
             max_connections: 512,
+            reconcile_interval: Duration::from_secs(30),
         }
     }
 

@@ -163,9 +163,10 @@ async fn chat_completions(
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let messages = chat_messages(&req.messages)?;
         let slot = app.gate.enter().await?;
-        let prompt = app.tokenize_chat(&messages).await?;
+        let encoded = app.encode(Input::Chat(messages)).await?;
+        let prompt = encoded.tokens().to_vec();
         let tenant = tenant(key, req.common.user.as_deref());
-        let input = Input::Chat(messages);
+        let input = Input::Encoded(Box::new(encoded));
         let started = generate::start(&app, input, &prompt, &params, &tenant, slot).await?;
         respond(app.clone(), app.shape(Kind::Chat), started, &params).await
     };
@@ -222,8 +223,9 @@ async fn completion_input(app: &AppState, prompt: Prompt) -> Result<(Input, Vec<
     if text.is_empty() {
         return Err(ApiError::bad_param("prompt", "the prompt is empty"));
     }
-    let ids = app.tokenize(text.clone()).await?;
-    Ok((Input::Text(text), ids))
+    let encoded = app.encode(Input::Text(text)).await?;
+    let ids = encoded.tokens().to_vec();
+    Ok((Input::Encoded(Box::new(encoded)), ids))
 }
 
 /// Streams the generation, or reads it to the end and replies once.
@@ -292,6 +294,11 @@ async fn health(State(app): App) -> Response {
         "active_generations": stats.active_generations,
         "pressure": stats.pressure,
         "panics": stats.panics,
+        "memory_watch": {
+            "ok": stats.memory_source_errors == 0,
+            "errors": stats.memory_source_errors,
+            "last_error": stats.memory_source_error,
+        },
     }));
     match running {
         true => body.into_response(),

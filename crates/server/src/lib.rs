@@ -82,6 +82,8 @@ pub async fn serve_with_shutdown(
 ) -> Result<(), ServerError> {
     let app = state::AppState::new(engine, cfg);
     let grace = app.cfg.shutdown_grace;
+    let reconciler = tokio::spawn(reconcile(app.clone()));
+    let _reconciler = AbortOnDrop(reconciler);
     let router = handlers::build(app.clone());
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = listen::serve(listener, router, app.clone(), async move {
@@ -102,6 +104,30 @@ pub async fn serve_with_shutdown(
     match tokio::time::timeout(AFTER_ABORT, &mut server).await {
         Ok(r) => r.map_err(ServerError::from),
         Err(_) => Ok(()),
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Reconciles the session pool with the engine every `reconcile_interval`, for as long as the
+/// server runs.
+async fn reconcile(app: std::sync::Arc<state::AppState>) {
+    let mut tick = tokio::time::interval(app.cfg.reconcile_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut suspects = Vec::new();
+    loop {
+        tick.tick().await;
+        let (forgotten, closed) = app.sessions.reconcile(&mut suspects).await;
+        if forgotten + closed > 0 {
+            tracing::info!(forgotten, closed, "session pool reconciled with the engine");
+        }
     }
 }
 

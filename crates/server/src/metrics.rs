@@ -117,6 +117,11 @@ const COUNTERS: &[EngineMetric] = &[
         |s| s.admission_refusals as f64,
     ),
     (
+        "memory_source_errors_total",
+        "Failures of the memory sources watched (their level may be stale).",
+        |s| s.memory_source_errors as f64,
+    ),
+    (
         "panics_total",
         "Engine steps that panicked (each failed its request and dropped its session).",
         |s| s.panics as f64,

@@ -339,6 +339,39 @@ impl Sessions {
         }
     }
 
+    /// Brings the pool in line with the engine's sessions: idle slots the engine no longer
+    /// knows are forgotten, and engine sessions outside the pool — orphans, which nothing
+    /// would ever use or close — are closed once seen orphaned in two passes in a row
+    /// (`suspects` carries the first sightings; nothing counts while a creation is pending).
+    /// Returns `(forgotten, closed)`.
+    pub async fn reconcile(&self, suspects: &mut Vec<SessionId>) -> (usize, usize) {
+        let Ok(ids) = self.engine.session_ids().await else {
+            return (0, 0);
+        };
+        let (forgotten, orphans) = {
+            let mut t = self.table();
+            let before = t.slots.len();
+            t.slots
+                .retain(|s| s.busy || ids.binary_search(&s.id).is_ok());
+            let forgotten = before - t.slots.len();
+            if t.creating > 0 {
+                suspects.clear();
+                return (forgotten, 0);
+            }
+            let pooled = |id: &SessionId| t.slots.iter().any(|s| s.id == *id);
+            let orphans: Vec<SessionId> = ids.iter().filter(|id| !pooled(id)).copied().collect();
+            (forgotten, orphans)
+        };
+        let (confirmed, first): (Vec<SessionId>, Vec<SessionId>) =
+            orphans.into_iter().partition(|id| suspects.contains(id));
+        *suspects = first;
+        for id in &confirmed {
+            tracing::warn!(session = %id, "closing an engine session outside the server's pool");
+            let _ = self.engine.close_session(*id).await;
+        }
+        (forgotten, confirmed.len())
+    }
+
     /// Forgets a session the engine no longer knows.
     fn forget(&self, id: SessionId) {
         self.table().slots.retain(|s| s.id != id);

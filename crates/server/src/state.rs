@@ -8,7 +8,7 @@ use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::request::Limits;
 use crate::sessions::Sessions;
-use statelm_engine::{ChatMessage, EngineHandle, SessionOptions};
+use statelm_engine::{Encoded, EngineHandle, Input, SessionOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -93,41 +93,25 @@ impl AppState {
         }
     }
 
-    /// Tokenizes a prompt the way the engine does (`Tokenizer::encode_prompt`), off the async
-    /// threads, and checks its size.
-    pub async fn tokenize(&self, text: String) -> Result<Vec<u32>, ApiError> {
+    /// Tokenizes a text or chat input once, the way the engine does
+    /// ([`statelm_engine::Encoded`]: message contents are text), off the async threads, and
+    /// checks its size; the engine then uses these tokens instead of tokenizing again.
+    pub async fn encode(&self, input: Input) -> Result<Encoded, ApiError> {
         let model = self.cfg.model.clone();
-        let encode = move || model.tokenizer().encode_prompt(&text, true);
-        self.tokenize_with(encode, |e| {
-            ApiError::invalid(format!("cannot tokenize the prompt: {e}"))
-        })
-        .await
-    }
-
-    /// Renders a conversation with the model's chat template and tokenizes it the way the
-    /// engine does (`Tokenizer::encode_chat`: message contents are text), off the async
-    /// threads, and checks its size.
-    pub async fn tokenize_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ApiError> {
-        let model = self.cfg.model.clone();
-        let messages = messages.to_vec();
-        let encode = move || model.tokenizer().encode_chat(&messages, true);
-        self.tokenize_with(encode, |e| {
-            ApiError::bad_param("messages", format!("cannot encode the conversation: {e}"))
-        })
-        .await
-    }
-
-    async fn tokenize_with<E: std::fmt::Display + Send + 'static>(
-        &self,
-        encode: impl FnOnce() -> Result<Vec<u32>, E> + Send + 'static,
-        refuse: impl FnOnce(E) -> ApiError,
-    ) -> Result<Vec<u32>, ApiError> {
-        let ids = tokio::task::spawn_blocking(encode)
-            .await
-            .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
-            .map_err(refuse)?;
-        self.check_prompt_len(ids.len())?;
-        Ok(ids)
+        let chat = matches!(input, Input::Chat(_));
+        let encoded =
+            tokio::task::spawn_blocking(move || Encoded::new(model.tokenizer(), input, None))
+                .await
+                .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+                .map_err(|e| match chat {
+                    true => ApiError::bad_param(
+                        "messages",
+                        format!("cannot encode the conversation: {e}"),
+                    ),
+                    false => ApiError::invalid(format!("cannot tokenize the prompt: {e}")),
+                })?;
+        self.check_prompt_len(encoded.tokens().len())?;
+        Ok(encoded)
     }
 
     /// 400 `context_length_exceeded` for prompts over the limit.

@@ -58,3 +58,47 @@ async fn clients_dropped_during_session_creation_leak_nothing() {
     );
     assert!(metric(&page, "statelm_sessions") <= 2.0, "{page}");
 }
+
+/// The pool is reconciled with the engine in the background: an engine session nothing in the
+/// pool knows (an orphan) is closed after two passes, and a pool slot whose engine session
+/// vanished is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_is_reconciled_with_the_engine() {
+    let Some(server) = start(|_, cfg| cfg.reconcile_interval = Duration::from_millis(100)).await
+    else {
+        return;
+    };
+    let a = server.addr;
+    let body = json!({"prompt": "Hello", "max_tokens": 1}).to_string();
+    assert_eq!(
+        request(a, "POST", COMPLETIONS, Some(KEY), body.as_bytes())
+            .await
+            .status,
+        200
+    );
+    let pooled = server.engine.session_ids().await.unwrap();
+    assert_eq!(pooled.len(), 1);
+    let orphan = server
+        .engine
+        .create_session(Default::default())
+        .await
+        .unwrap();
+    server.engine.close_session(pooled[0]).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let ids = server.engine.session_ids().await.unwrap();
+        let page = request(a, "GET", "/metrics", None, b"").await.text();
+        if !ids.contains(&orphan) && metric(&page, "statelm_server_sessions") == 0.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{ids:?}\n{page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The server still serves.
+    assert_eq!(
+        request(a, "POST", COMPLETIONS, Some(KEY), body.as_bytes())
+            .await
+            .status,
+        200
+    );
+}
