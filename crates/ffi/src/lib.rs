@@ -26,6 +26,9 @@ mod api_generate;
 mod cstr;
 mod engine;
 mod event;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod handles;
 mod options;
 mod status;

@@ -53,7 +53,7 @@ fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
 
 /// The token of an `Authorization: Bearer TOKEN` value (the scheme is case-insensitive, as
 /// HTTP says).
-fn bearer_token(v: &str) -> Option<&str> {
+pub(crate) fn bearer_token(v: &str) -> Option<&str> {
     let (scheme, token) = v.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }

@@ -31,6 +31,9 @@
 mod config;
 mod error;
 mod format;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 mod generate;
 mod guard;

@@ -107,3 +107,19 @@ fn control_tokens_hidden_unless_rendered() {
         "<bos><start_of_turn>user\nHi<end_of_turn>"
     );
 }
+
+/// Found by the `tokenizer` fuzz target: SentencePiece writes spaces as U+2581, so that
+/// character in the input decodes as a space (llama.cpp's tokenizer does the same); the BPE
+/// tokenizer keeps it. The only exception to an exact round trip.
+#[test]
+fn spm_reads_the_space_marker_as_a_space() {
+    let text = "\u{8}\u{2581}stir,\n";
+    if let Some(tok) = common::gemma() {
+        let ids = tok.encode(text, false, false).unwrap();
+        assert_eq!(tok.decode(&ids), "\u{8} stir,\n");
+    }
+    if let Some(tok) = common::qwen() {
+        let ids = tok.encode(text, false, false).unwrap();
+        assert_eq!(tok.decode(&ids), text);
+    }
+}
