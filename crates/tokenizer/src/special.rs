@@ -4,8 +4,7 @@
 //! `tokenizer_st_partition`).
 
 use std::cmp::Reverse;
-
-use memchr::memmem;
+use std::collections::BTreeMap;
 
 use crate::vocab::{attr, SpecialIds, TokenizerKind, Vocab};
 
@@ -289,6 +288,29 @@ impl Trie {
         v.binary_search_by_key(&b, |&(k, _)| k).ok().map(|i| v[i].1)
     }
 
+    /// Every occurrence of every trie token in `text`: `(id, start)`, found by walking the
+    /// trie from each byte (at most the longest token's length steps each).
+    fn occurrences(&self, text: &[u8]) -> Vec<(u32, u32)> {
+        let mut found = Vec::new();
+        if self.count[0] == 0 {
+            return found;
+        }
+        for i in 0..text.len() {
+            let mut node = 0u32;
+            for &b in &text[i..] {
+                match self.child(node, b) {
+                    Some(c) => node = c,
+                    None => break,
+                }
+                let tok = self.token[node as usize];
+                if tok != NONE {
+                    found.push((tok, i as u32));
+                }
+            }
+        }
+        found
+    }
+
     /// The ids of all trie tokens that occur somewhere in `text`.
     fn occurring(&self, text: &[u8]) -> Vec<u32> {
         let mut found = Vec::new();
@@ -358,6 +380,12 @@ impl SpecialMatcher {
 
     /// Splits `text` into fragments. `plain`: sorted, disjoint byte ranges where control texts
     /// stay text even with `parse_special` (message contents inside a rendered chat).
+    ///
+    /// The result is llama.cpp's partition loop's (tokens longest first, ties by id, each
+    /// taking its leftmost occurrences that do not overlap what longer tokens took), computed
+    /// in one pass over the text: every occurrence of every special text is found by walking
+    /// the trie from each byte, then claimed in that order. The cost is the text's length
+    /// times the longest special text, however many distinct specials a hostile text spells.
     pub fn partition(
         &self,
         text: &str,
@@ -374,43 +402,174 @@ impl SpecialMatcher {
         } else {
             &self.plain
         };
-        let mut cands = trie.occurring(bytes);
-        let mut frags = vec![Fragment::Text(0, bytes.len())];
-        cands.sort_unstable_by_key(|&id| (Reverse(vocab.text(id).len()), id));
-        for id in cands {
-            let pat = vocab.text(id).as_bytes();
+        let mut found = trie.occurrences(bytes);
+        let len = |id: u32| vocab.text(id).len();
+        found.sort_unstable_by_key(|&(id, at)| (Reverse(len(id)), id, at));
+        let mut claimed: BTreeMap<usize, (usize, u32)> = BTreeMap::new();
+        for (id, at) in found {
+            let (s, e) = (at as usize, at as usize + len(id));
             let guarded = !plain.is_empty() && vocab.has(id, attr::CONTROL | attr::UNKNOWN);
-            let finder = memmem::Finder::new(pat);
-            let mut out = Vec::with_capacity(frags.len() + 2);
-            for f in frags {
-                let Fragment::Text(s, e) = f else {
-                    out.push(f);
-                    continue;
-                };
-                let mut cur = s;
-                for m in finder.find_iter(&bytes[s..e]) {
-                    let ms = s + m;
-                    if ms < cur || (guarded && overlaps(plain, ms, ms + pat.len())) {
-                        continue;
-                    }
-                    if ms > cur {
-                        out.push(Fragment::Text(cur, ms));
-                    }
-                    out.push(Fragment::Token(id));
-                    cur = ms + pat.len();
-                }
-                if cur < e {
-                    out.push(Fragment::Text(cur, e));
-                }
+            if (guarded && overlaps(plain, s, e)) || overlaps_claimed(&claimed, s, e) {
+                continue;
             }
-            frags = out;
+            claimed.insert(s, (e, id));
+        }
+        let mut frags = Vec::with_capacity(2 * claimed.len() + 1);
+        let mut cur = 0;
+        for (s, (e, id)) in claimed {
+            if s > cur {
+                frags.push(Fragment::Text(cur, s));
+            }
+            frags.push(Fragment::Token(id));
+            cur = e;
+        }
+        if cur < bytes.len() {
+            frags.push(Fragment::Text(cur, bytes.len()));
         }
         frags
     }
+}
+
+/// Whether `[s, e)` overlaps a claimed range (keyed by start, disjoint).
+fn overlaps_claimed(claimed: &BTreeMap<usize, (usize, u32)>, s: usize, e: usize) -> bool {
+    let before = claimed
+        .range(..=s)
+        .next_back()
+        .is_some_and(|(_, &(end, _))| end > s);
+    before || claimed.range(s..e).next().is_some()
 }
 
 /// Whether `[s, e)` overlaps one of the sorted, disjoint `ranges`.
 fn overlaps(ranges: &[(usize, usize)], s: usize, e: usize) -> bool {
     let i = ranges.partition_point(|&(_, re)| re <= s);
     ranges.get(i).is_some_and(|&(rs, _)| rs < e)
+}
+
+/// llama.cpp's partition loop written as it is (token by token over the fragments): the
+/// reference the one-pass [`SpecialMatcher::partition`] is checked against.
+#[cfg(test)]
+pub(crate) fn partition_reference(
+    m: &SpecialMatcher,
+    text: &str,
+    parse_special: bool,
+    vocab: &Vocab,
+) -> Vec<Fragment> {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return Vec::new();
+    }
+    let trie = if parse_special { &m.all } else { &m.plain };
+    let mut cands = trie.occurring(bytes);
+    let mut frags = vec![Fragment::Text(0, bytes.len())];
+    cands.sort_unstable_by_key(|&id| (Reverse(vocab.text(id).len()), id));
+    for id in cands {
+        let pat = vocab.text(id).as_bytes();
+        let finder = memchr::memmem::Finder::new(pat);
+        let mut out = Vec::with_capacity(frags.len() + 2);
+        for f in frags {
+            let Fragment::Text(s, e) = f else {
+                out.push(f);
+                continue;
+            };
+            let mut cur = s;
+            for m in finder.find_iter(&bytes[s..e]) {
+                let ms = s + m;
+                if ms > cur {
+                    out.push(Fragment::Text(cur, ms));
+                }
+                out.push(Fragment::Token(id));
+                cur = ms + pat.len();
+            }
+            if cur < e {
+                out.push(Fragment::Text(cur, e));
+            }
+        }
+        frags = out;
+    }
+    frags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::TokenizerSpec;
+    use proptest::prelude::*;
+
+    /// Specials that overlap and prefix each other, control and user-defined.
+    const SPECIALS: &[(&str, i32)] = &[
+        ("<a>", 3),
+        ("<a><a>", 3),
+        ("a><", 3),
+        ("<ab>", 4),
+        ("b>", 4),
+        ("<|x|>", 3),
+        ("|x", 3),
+        ("x|><a", 3),
+        ("aaa", 3),
+        ("aa", 4),
+    ];
+
+    fn vocab() -> Vocab {
+        let mut tokens: Vec<String> = vec!["<unk>".into()];
+        let mut types = vec![2];
+        for (t, ty) in SPECIALS {
+            tokens.push((*t).into());
+            types.push(*ty);
+        }
+        for c in ["a", "b", "x", "|", "<", ">", " "] {
+            tokens.push(c.into());
+            types.push(1);
+        }
+        let spec = TokenizerSpec {
+            kind: TokenizerKind::Spm,
+            pre: String::new(),
+            architecture: String::new(),
+            scores: vec![0.0; tokens.len()],
+            tokens,
+            token_types: types,
+            merges: Vec::new(),
+            special: SpecialIds::default(),
+            add_bos: Some(false),
+            add_eos: None,
+            add_space_prefix: None,
+            chat_template: None,
+        };
+        Vocab::new(&spec).unwrap()
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        let pieces: Vec<&str> = (SPECIALS.iter().map(|s| s.0))
+            .chain(["a", "b", "x", "|", "<", ">", " ", "é"])
+            .collect();
+        prop::collection::vec(prop::sample::select(pieces), 0..40).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// The one-pass partition equals llama.cpp's loop on texts dense with overlapping
+        /// specials, with and without `parse_special`.
+        #[test]
+        fn one_pass_equals_the_reference_loop(t in text(), parse in any::<bool>()) {
+            let v = vocab();
+            let m = SpecialMatcher::new(&v);
+            prop_assert_eq!(m.partition(&t, parse, &[], &v), partition_reference(&m, &t, parse, &v));
+        }
+    }
+
+    #[test]
+    fn plain_ranges_keep_control_texts_as_text() {
+        let v = vocab();
+        let m = SpecialMatcher::new(&v);
+        let t = "<a>xx<a>";
+        let frags = m.partition(t, true, &[(3, 8)], &v);
+        let a = v.id("<a>").unwrap();
+        assert_eq!(frags, vec![Fragment::Token(a), Fragment::Text(3, 8)]);
+        // User-defined tokens are matched inside plain ranges too (as without parse_special).
+        let ab = v.id("<ab>").unwrap();
+        assert_eq!(
+            m.partition("<ab>", true, &[(0, 4)], &v),
+            vec![Fragment::Token(ab)]
+        );
+    }
 }
