@@ -12,15 +12,27 @@ pub const PANIC_MARKER: &str = "\u{0}statelm-fault:panic\u{0}";
 /// The text that makes the engine thread itself die under the `fault-injection` feature.
 pub const KILL_MARKER: &str = "\u{0}statelm-fault:kill\u{0}";
 
+/// Whether `job`'s text input contains `marker`.
+#[cfg(feature = "fault-injection")]
+fn asks(job: &Job, marker: &str) -> bool {
+    fn text(input: &crate::Input) -> Option<&str> {
+        match input {
+            crate::Input::Text(t) | crate::Input::Append(t) => Some(t),
+            crate::Input::Encoded(e) => text(&e.input),
+            _ => None,
+        }
+    }
+    job.input
+        .as_ref()
+        .and_then(text)
+        .is_some_and(|t| t.contains(marker))
+}
+
 /// Panics (uncontained) when one of `jobs` asks for it (feature `fault-injection` only).
 pub(crate) fn thread(jobs: &[Job]) {
     #[cfg(feature = "fault-injection")]
-    for job in jobs {
-        if let Some(crate::Input::Text(t) | crate::Input::Append(t)) = &job.input {
-            if t.contains(KILL_MARKER) {
-                panic!("injected fault: the engine thread panicked");
-            }
-        }
+    if jobs.iter().any(|j| asks(j, KILL_MARKER)) {
+        panic!("injected fault: the engine thread panicked");
     }
     let _ = jobs;
 }
@@ -28,10 +40,8 @@ pub(crate) fn thread(jobs: &[Job]) {
 /// Panics when `job` asks for it (feature `fault-injection` only).
 pub(crate) fn step(job: &Job) {
     #[cfg(feature = "fault-injection")]
-    if let Some(crate::Input::Text(t) | crate::Input::Append(t)) = &job.input {
-        if t.contains(PANIC_MARKER) {
-            panic!("injected fault: a generation step panicked");
-        }
+    if asks(job, PANIC_MARKER) {
+        panic!("injected fault: a generation step panicked");
     }
     let _ = job;
 }

@@ -15,6 +15,12 @@
 //! the pool is full of other tenants' idle sessions, the least recently used one is closed and
 //! a fresh session made in its place.
 //!
+//! Requests without a `user` are stricter still, because clients sharing a key (or no key)
+//! cannot be told apart: such a request reuses a session only when its prompt holds that
+//! session's whole previous prompt (a conversation continuing, an answer regenerated), never
+//! a partial match — so `cached_tokens` tells a probe nothing short of another client's entire
+//! prompt. Requests with a `user` also reuse partial matches (an edited message).
+//!
 //! With durable sessions, a request naming its conversation (`user`) gets the engine's
 //! durable session of that name ([`statelm_engine::EngineHandle::open_session`]: resumed
 //! from disk after a restart or a kill); named sessions are never lent to other requests,
@@ -59,6 +65,8 @@ struct Slot {
     /// The durable session's name (never lent to anonymous requests).
     name: Option<String>,
     history: Vec<u32>,
+    /// Tokens of the last prompt (the history up to the answer).
+    prompt_len: usize,
     busy: bool,
     last_used: u64,
 }
@@ -89,6 +97,7 @@ pub(crate) struct Lease {
     /// Prompt tokens the pool expects the engine to reuse (the engine reports the real count).
     pub expected_reuse: usize,
     history: Vec<u32>,
+    prompt_len: usize,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -120,18 +129,29 @@ fn continues(score: usize, history_len: usize) -> bool {
 
 impl Table {
     fn pick(&self, prompt: &[u32], tenant: &Tenant, max: usize) -> Pick {
+        // Without a user, clients cannot be told apart: only whole-prompt continuations.
+        let strict = tenant.user.is_none();
         let scored: Vec<(usize, usize, u64)> = (self.slots.iter().enumerate())
             .filter(|(_, s)| !s.busy && s.name.is_none() && s.tenant == *tenant)
             .map(|(i, s)| (i, reuse_score(&s.history, prompt), s.last_used))
             .collect();
         let continued = (scored.iter())
-            .filter(|&&(i, score, _)| continues(score, self.slots[i].history.len()))
+            .filter(|&&(i, score, _)| {
+                let s = &self.slots[i];
+                match strict {
+                    true => score >= MIN_REUSE && score >= s.prompt_len,
+                    false => continues(score, s.history.len()),
+                }
+            })
             .max_by_key(|&&(_, score, used)| (score, used));
         if let Some(&(i, score, _)) = continued {
             return Pick::Take(i, score);
         }
         if self.slots.len() + self.creating < max {
             return Pick::Create;
+        }
+        if strict {
+            return self.lru_idle().map_or(Pick::Full, Pick::Replace);
         }
         match scored
             .iter()
@@ -215,6 +235,7 @@ impl Sessions {
             id,
             expected_reuse,
             history: prompt.to_vec(),
+            prompt_len: prompt.len(),
         })
     }
 
@@ -248,6 +269,7 @@ impl Sessions {
             tenant,
             name: name.map(str::to_string),
             history: Vec::new(),
+            prompt_len: 0,
             busy: true,
             last_used,
         });
@@ -295,6 +317,7 @@ impl Sessions {
             id,
             expected_reuse,
             history: prompt.to_vec(),
+            prompt_len: prompt.len(),
         })
     }
 
@@ -322,18 +345,19 @@ impl Sessions {
             };
             let registered = pool.register(made, name.as_deref(), tenant);
             if let Err(Ok(id)) = tx.send(registered) {
-                pool.release(id, Vec::new());
+                pool.release(id, Vec::new(), 0);
             }
         });
         rx.await
             .map_err(|_| ApiError::internal("creating a session failed unexpectedly"))
     }
 
-    fn release(&self, id: SessionId, history: Vec<u32>) {
+    fn release(&self, id: SessionId, history: Vec<u32>, prompt_len: usize) {
         let now = self.tick();
         let mut t = self.table();
         if let Some(s) = t.slots.iter_mut().find(|s| s.id == id) {
             s.history = history;
+            s.prompt_len = prompt_len;
             s.busy = false;
             s.last_used = now;
         }
@@ -393,7 +417,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let history = std::mem::take(&mut self.history);
-        self.pool.release(self.id, history);
+        self.pool.release(self.id, history, self.prompt_len);
     }
 }
 
@@ -402,17 +426,26 @@ mod tests {
     use super::*;
 
     impl Table {
+        /// Picks for the tenant of the user "u" (partial matches allowed).
         fn pick_any(&self, prompt: &[u32], max: usize) -> Pick {
-            self.pick(prompt, &Tenant::default(), max)
+            self.pick(prompt, &user("u"), max)
+        }
+    }
+
+    fn user(name: &str) -> Tenant {
+        Tenant {
+            key: None,
+            user: Some(name.into()),
         }
     }
 
     fn slot(id: u64, history: &[u32], busy: bool, last_used: u64) -> Slot {
         Slot {
             id: SessionId(id),
-            tenant: Tenant::default(),
+            tenant: user("u"),
             name: None,
             history: history.to_vec(),
+            prompt_len: history.len(),
             busy,
             last_used,
         }
@@ -511,5 +544,32 @@ mod tests {
         assert_eq!(t(Some(1), "bob").durable_name(2).as_deref(), Some("k1-bob"));
         assert_eq!(t(Some(0), "bob").durable_name(2).as_deref(), Some("k0-bob"));
         assert_eq!(Tenant::default().durable_name(2), None);
+    }
+
+    /// Without a user, only a prompt holding a session's whole previous prompt reuses it: a
+    /// probe sharing part of another client's prompt learns nothing (not even when the pool
+    /// is full).
+    #[test]
+    fn anonymous_requests_reuse_only_whole_prompt_continuations() {
+        let anon = Tenant::default();
+        let mut s = slot(1, &[1, 2, 3, 4, 9, 9], false, 0);
+        s.tenant = anon.clone();
+        s.prompt_len = 4;
+        let t = Table {
+            slots: vec![s],
+            creating: 0,
+        };
+        // The conversation continues (its answer re-spelled) or is regenerated: reused.
+        assert!(matches!(
+            t.pick(&[1, 2, 3, 4, 5, 6], &anon, 8),
+            Pick::Take(0, 4)
+        ));
+        assert!(matches!(
+            t.pick(&[1, 2, 3, 4, 9, 9, 7], &anon, 8),
+            Pick::Take(0, 6)
+        ));
+        // A probe sharing only part of the prompt: a fresh session, never this one.
+        assert!(matches!(t.pick(&[1, 2, 3, 7], &anon, 8), Pick::Create));
+        assert!(matches!(t.pick(&[1, 2, 3, 7], &anon, 1), Pick::Replace(0)));
     }
 }

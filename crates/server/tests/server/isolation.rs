@@ -56,6 +56,29 @@ async fn the_prefix_cache_never_crosses_tenants() {
     }
 }
 
+/// Clients that send no `user` share a tenant, so they reuse only whole-prompt continuations:
+/// a probe sharing part of another client's prompt gets no cache, even with the pool full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_probes_learn_nothing() {
+    let Some(server) = start(|_, cfg| cfg.max_sessions = 1).await else {
+        return;
+    };
+    let a = server.addr;
+    let ask = |prompt: &str| json!({"prompt": prompt, "max_tokens": 1, "temperature": 0});
+    complete(a, KEY, ask(SECRET)).await;
+    for probe in [
+        "Note to self: the vault PIN is 7",
+        "Note to self: the vault PIN is 1234",
+    ] {
+        assert_eq!(cached(&complete(a, KEY, ask(probe)).await), 0, "{probe}");
+    }
+    // A conversation that continues still reuses its cache.
+    let first = format!("{SECRET} First question?");
+    complete(a, KEY, ask(&first)).await;
+    let next = complete(a, KEY, ask(&format!("{first} Second?"))).await;
+    assert!(cached(&next) > 10, "{next}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_contents_cannot_open_turns() {
     let Some(server) = start(|_, _| {}).await else {
