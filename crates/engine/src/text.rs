@@ -128,3 +128,63 @@ pub(crate) fn continuation_detokenizer(tok: &Tokenizer) -> StreamingDetokenizer 
     }
     d
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Encoded;
+    use statelm_tokenizer::{SpecialIds, TokenizerKind, TokenizerSpec};
+
+    /// A byte-fallback SPM tokenizer: `<unk>`, `<s>`, `</s>` and the 256 byte tokens.
+    fn bytes_tokenizer() -> Tokenizer {
+        let mut tokens = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
+        let mut types = vec![2, 3, 3];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        Tokenizer::new(TokenizerSpec {
+            kind: TokenizerKind::Spm,
+            pre: String::new(),
+            architecture: String::new(),
+            scores: vec![0.0; tokens.len()],
+            tokens,
+            token_types: types,
+            merges: Vec::new(),
+            special: SpecialIds {
+                bos: Some(1),
+                eos: Some(2),
+                ..SpecialIds::default()
+            },
+            add_bos: Some(true),
+            add_eos: None,
+            add_space_prefix: Some(false),
+            chat_template: None,
+        })
+        .unwrap()
+    }
+
+    /// An encoded input is not tokenized again when the session's system prompt is the one it
+    /// was encoded with (the tokens are used as they are); with another one it is.
+    #[test]
+    fn encoded_inputs_are_tokenized_once() {
+        let tok = bytes_tokenizer();
+        let mut e = Encoded::new(&tok, Input::Text("ab".into()), None).unwrap();
+        assert_eq!(e.tokens(), &[1, 3 + b'a' as u32, 3 + b'b' as u32]);
+        e.tokens = vec![1, 7, 7, 7];
+        let input = Input::Encoded(Box::new(e));
+        let opts = SessionOptions::default();
+        let t = tokenize(&tok, &input, &opts, true, 300).unwrap();
+        assert_eq!(t.prompt, Prompt::Full(vec![1, 7, 7, 7]), "used as encoded");
+        let other = SessionOptions {
+            system_prompt: Some("S".into()),
+            ..SessionOptions::default()
+        };
+        let t = tokenize(&tok, &input, &other, true, 300).unwrap();
+        let s = 3 + b'S' as u32;
+        assert_eq!(
+            t.prompt.into_tokens(),
+            vec![1, s, 3 + b'a' as u32, 3 + b'b' as u32]
+        );
+    }
+}
