@@ -19,6 +19,7 @@ use crate::actor::Actor;
 use crate::error::EngineError;
 use crate::events::{Event, SessionId};
 use crate::history_log::{HistoryLog, LogContents, LogMeta};
+use crate::plan::common_prefix;
 use crate::request::SessionOptions;
 use crate::session::Session;
 use crate::snapshot;
@@ -117,11 +118,6 @@ pub(crate) fn write_snapshot(s: &Session) {
     if let Err(e) = snapshot::save(s, &d.snapshot) {
         tracing::warn!(session = %d.name, error = %e, "writing the KV snapshot failed");
     }
-}
-
-/// The longest common prefix of two token lists.
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// What of a snapshot's State matches `history`: the State (cut to the match) with the

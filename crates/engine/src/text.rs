@@ -2,6 +2,7 @@
 //! streaming detokenizer.
 
 use crate::error::EngineError;
+use crate::plan::common_prefix;
 use crate::plan::Prompt;
 use crate::request::{Input, SessionOptions};
 use statelm_tokenizer::{find_turn_starts, ChatMessage, StreamingDetokenizer, Tokenizer};
@@ -13,10 +14,6 @@ pub(crate) struct Tokenized {
     pub prompt: Prompt,
     /// Tokens of the system prompt at the start of the context, when known.
     pub pinned: Option<usize>,
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Tokenizes prompt text ([`Tokenizer::encode_prompt`]: special-token texts parsed, one BOS).

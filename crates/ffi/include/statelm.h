@@ -352,9 +352,10 @@ typedef struct StatelmEvent {
    */
   size_t text_len;
   /**
-   * Never NULL: the whole event as a JSON object with a `"kind"` field (`"token"`,
-   * `"text"`, `"context_trimmed"`, `"evicted"`, `"spilled"`, `"restored"`, `"done"`,
-   * `"error"`) and every detail of the event.
+   * Never NULL: the whole event as a JSON object with an `"event"` field (`"token"`,
+   * `"text"`, `"context_trimmed"`, `"cache_evicted"`, `"spilled"`, `"restored"`,
+   * `"resumed"`, `"done"`, `"error"`) and every detail of the event — the same JSON the
+   * HTTP server puts in its replies' `statelm` fields.
    */
   const char *json;
 } StatelmEvent;

@@ -2,7 +2,7 @@
 
 use crate::status::{FfiError, STATELM_ERR_CANCELLED, STATELM_OK};
 use serde_json::json;
-use statelm_engine::{DoneStats, EngineError, Event, StopReason, TrimMethod};
+use statelm_engine::{EngineError, Event, StopReason};
 use std::ffi::{c_char, c_int, c_void, CString};
 
 /// What a `StatelmEvent` reports.
@@ -94,9 +94,10 @@ pub struct StatelmEvent {
     /// Length of `text` in bytes, without the terminating NUL (generated text may contain a
     /// NUL byte; `strlen(text)` would stop there).
     pub text_len: usize,
-    /// Never NULL: the whole event as a JSON object with a `"kind"` field (`"token"`,
-    /// `"text"`, `"context_trimmed"`, `"evicted"`, `"spilled"`, `"restored"`, `"done"`,
-    /// `"error"`) and every detail of the event.
+    /// Never NULL: the whole event as a JSON object with an `"event"` field (`"token"`,
+    /// `"text"`, `"context_trimmed"`, `"cache_evicted"`, `"spilled"`, `"restored"`,
+    /// `"resumed"`, `"done"`, `"error"`) and every detail of the event — the same JSON the
+    /// HTTP server puts in its replies' `statelm` fields.
     pub json: *const c_char,
 }
 
@@ -119,13 +120,6 @@ pub(crate) struct OwnedEvent {
     json: CString,
 }
 
-fn trim_method(m: TrimMethod) -> &'static str {
-    match m {
-        TrimMethod::Shift => "shift",
-        TrimMethod::Reprefill => "reprefill",
-    }
-}
-
 fn stop_reason(r: &StopReason) -> (StatelmStopReason, &'static str) {
     let code = match r {
         StopReason::Eog => StatelmStopReason::Eog,
@@ -137,27 +131,6 @@ fn stop_reason(r: &StopReason) -> (StatelmStopReason, &'static str) {
         _ => StatelmStopReason::Other,
     };
     (code, r.name())
-}
-
-fn done_json(d: &DoneStats) -> serde_json::Value {
-    let (_, reason) = stop_reason(&d.stop_reason);
-    let stop_string = match &d.stop_reason {
-        StopReason::StopString(s) => Some(s.as_str()),
-        _ => None,
-    };
-    json!({
-        "kind": "done",
-        "stop_reason": reason,
-        "stop_string": stop_string,
-        "prompt_tokens": d.prompt_tokens,
-        "cached_tokens": d.cached_tokens,
-        "prefilled_tokens": d.prefilled_tokens,
-        "generated_tokens": d.generated_tokens,
-        "time_to_first_token_ms": d.time_to_first_token.as_secs_f64() * 1e3,
-        "decode_tokens_per_s": d.decode_tokens_per_s,
-        "drafted_tokens": d.drafted_tokens,
-        "accepted_tokens": d.accepted_tokens,
-    })
 }
 
 impl OwnedEvent {
@@ -201,59 +174,36 @@ impl OwnedEvent {
 
     fn from_event(request: u64, session: u64, event: Event) -> OwnedEvent {
         use StatelmEventKind as K;
-        let new = |kind| OwnedEvent::new(kind, request, session);
-        match event {
+        // The engine's one JSON form of the event (the server's `statelm` fields use it too).
+        let json = event.to_json();
+        let e = OwnedEvent::new(K::Other, request, session);
+        let mut e = match event {
             Event::Token { id, text } => {
-                let mut e = new(K::Token).with_text(&text);
+                let mut e = e.with_text(&text);
                 e.token_id = id;
-                e.with_json(json!({"kind": "token", "id": id, "text": text}))
+                e.kind = K::Token;
+                e
             }
-            Event::Text { text } => new(K::Text)
-                .with_text(&text)
-                .with_json(json!({"kind": "text", "text": text})),
-            Event::ContextTrimmed {
-                dropped,
-                kept,
-                reason,
-                method,
-            } => new(K::ContextTrimmed).with_text(&reason).with_json(json!({
-                "kind": "context_trimmed",
-                "dropped": dropped,
-                "kept": kept,
-                "reason": reason,
-                "method": trim_method(method),
-            })),
-            Event::CacheEvicted { reason } => new(K::Evicted)
-                .with_text(&reason)
-                .with_json(json!({"kind": "evicted", "reason": reason})),
-            Event::Spilled { reason } => new(K::Spilled)
-                .with_text(&reason)
-                .with_json(json!({"kind": "spilled", "reason": reason})),
-            Event::Restored => new(K::Restored).with_json(json!({"kind": "restored"})),
-            Event::Resumed {
-                name,
-                history_tokens,
-                restored_tokens,
-                reprefilled_tokens,
-                reason,
-            } => new(K::Resumed).with_text(&reason).with_json(json!({
-                "kind": "resumed",
-                "name": name,
-                "history_tokens": history_tokens,
-                "restored_tokens": restored_tokens,
-                "reprefilled_tokens": reprefilled_tokens,
-                "reason": reason,
-            })),
+            Event::Text { text } => e.with_text(&text).of(K::Text),
+            Event::ContextTrimmed { reason, .. } => e.with_text(&reason).of(K::ContextTrimmed),
+            Event::CacheEvicted { reason } => e.with_text(&reason).of(K::Evicted),
+            Event::Spilled { reason } => e.with_text(&reason).of(K::Spilled),
+            Event::Restored => e.of(K::Restored),
+            Event::Resumed { reason, .. } => e.with_text(&reason).of(K::Resumed),
             Event::Done(stats) => {
-                let mut e = new(K::Done).with_json(done_json(&stats));
+                let mut e = e.of(K::Done);
                 e.stop_reason = stop_reason(&stats.stop_reason).0;
                 e
             }
-            other => {
-                let value = serde_json::to_value(&other).unwrap_or_default();
-                new(K::Other).with_json(json!({"kind": "other", "event": value}))
-            }
-        }
+            _ => e,
+        };
+        e = e.with_json(json);
+        e
+    }
+
+    fn of(mut self, kind: StatelmEventKind) -> OwnedEvent {
+        self.kind = kind;
+        self
     }
 
     /// An ERROR event.
@@ -261,7 +211,7 @@ impl OwnedEvent {
         let mut ev = OwnedEvent::new(StatelmEventKind::Error, request, session)
             .with_text(&e.message)
             .with_json(json!({
-                "kind": "error",
+                "event": "error",
                 "code": e.code,
                 "status": crate::status::status_name(e.code).to_string_lossy(),
                 "message": e.message,
@@ -317,11 +267,42 @@ impl OwnedEvent {
 mod tests {
     use super::*;
     use crate::status::STATELM_ERR_BUSY;
-    use statelm_engine::SessionId;
+    use statelm_engine::{DoneStats, SessionId, TrimMethod};
     use std::ffi::CStr;
 
     fn json_of(e: &OwnedEvent) -> serde_json::Value {
         serde_json::from_str(e.json.to_str().unwrap()).unwrap()
+    }
+
+    /// The C ABI's event JSON is the engine's (`Event::to_json`), which the HTTP server's
+    /// `statelm` fields use too: the same `"event"` key and names in both APIs.
+    #[test]
+    fn event_json_is_the_engines() {
+        let events = [
+            Event::Token {
+                id: 1,
+                text: "a".into(),
+            },
+            Event::Text { text: "b".into() },
+            Event::ContextTrimmed {
+                dropped: 2,
+                kept: 3,
+                reason: "r".into(),
+                method: TrimMethod::Reprefill,
+            },
+            Event::CacheEvicted { reason: "e".into() },
+            Event::Spilled { reason: "s".into() },
+            Event::Restored,
+        ];
+        for ev in events {
+            let mut j = json_of(&OwnedEvent::from_item(1, 2, Ok(ev.clone())));
+            let obj = j.as_object_mut().unwrap();
+            assert_eq!(
+                (obj.remove("request"), obj.remove("session")),
+                (Some(1.into()), Some(2.into()))
+            );
+            assert_eq!(j, ev.to_json(), "{ev:?}");
+        }
     }
 
     #[test]
@@ -336,7 +317,7 @@ mod tests {
         assert_eq!((c.request, c.session, c.token_id, c.text_len), (3, 9, 5, 3));
         let j = json_of(&e);
         assert_eq!(j["text"], "a\u{0}b");
-        assert_eq!(j["kind"], "token");
+        assert_eq!(j["event"], "token");
         assert_eq!(j["request"], 3);
         assert!(!e.is_terminal());
     }

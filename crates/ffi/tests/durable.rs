@@ -122,7 +122,7 @@ fn a_durable_session_resumes_in_a_new_engine() {
     assert_eq!(*kind, StatelmEventKind::Resumed, "{events:?}");
     assert!(text.contains("resumed"), "{text}");
     let v: serde_json::Value = serde_json::from_str(json).unwrap();
-    assert_eq!(v["kind"], "resumed");
+    assert_eq!(v["event"], "resumed");
     assert_eq!(v["name"], "chat");
     assert!(v["history_tokens"].as_u64().unwrap() >= 2, "{v}");
     assert!(v["restored_tokens"].as_u64().unwrap() > 0, "{v}");

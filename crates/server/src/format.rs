@@ -3,7 +3,7 @@
 //! `x-statelm-events` header.
 
 use serde_json::{json, Value};
-use statelm_engine::{DoneStats, Event, StopReason, TrimMethod};
+use statelm_engine::{DoneStats, Event, StopReason};
 
 /// Which endpoint a reply belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,32 +25,7 @@ pub(crate) struct Shape {
 
 /// A memory event as JSON (`None` for events that are not about memory).
 pub(crate) fn event_json(ev: &Event) -> Option<Value> {
-    Some(match ev {
-        Event::ContextTrimmed {
-            dropped,
-            kept,
-            reason,
-            method,
-        } => json!({
-            "event": "context_trimmed", "kept": kept, "dropped": dropped, "reason": reason,
-            "method": match method { TrimMethod::Shift => "shift", TrimMethod::Reprefill => "reprefill" },
-        }),
-        Event::CacheEvicted { reason } => json!({"event": "cache_evicted", "reason": reason}),
-        Event::Spilled { reason } => json!({"event": "spilled", "reason": reason}),
-        Event::Restored => json!({"event": "restored"}),
-        Event::Resumed {
-            name,
-            history_tokens,
-            restored_tokens,
-            reprefilled_tokens,
-            reason,
-        } => json!({
-            "event": "resumed", "name": name, "history_tokens": history_tokens,
-            "restored_tokens": restored_tokens, "reprefilled_tokens": reprefilled_tokens,
-            "reason": reason,
-        }),
-        _ => return None,
-    })
+    ev.is_memory().then(|| ev.to_json())
 }
 
 /// The `x-statelm-events` header item of an event's JSON: `context_trimmed;kept=..;dropped=..`.
@@ -82,15 +57,9 @@ pub(crate) fn usage(d: &DoneStats) -> Value {
 
 /// The `statelm` object of a reply: memory events and timings.
 pub(crate) fn statelm_summary(d: &DoneStats, events: &[Value]) -> Value {
-    json!({
-        "events": events,
-        "stop_reason": d.stop_reason.name(),
-        "prefilled_tokens": d.prefilled_tokens,
-        "time_to_first_token_ms": d.time_to_first_token.as_secs_f64() * 1e3,
-        "decode_tokens_per_s": d.decode_tokens_per_s,
-        "drafted_tokens": d.drafted_tokens,
-        "accepted_tokens": d.accepted_tokens,
-    })
+    let mut v = d.to_json();
+    v["events"] = Value::Array(events.to_vec());
+    v
 }
 
 impl Shape {
@@ -181,7 +150,16 @@ impl Shape {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use statelm_engine::TrimMethod;
     use std::time::Duration;
+
+    /// Replies carry the engine's JSON of memory events (the C ABI's event JSON is the same).
+    #[test]
+    fn memory_events_are_the_engines_json() {
+        let ev = Event::Spilled { reason: "r".into() };
+        assert_eq!(event_json(&ev), Some(ev.to_json()));
+        assert_eq!(event_json(&Event::Text { text: "t".into() }), None);
+    }
 
     fn shape(kind: Kind) -> Shape {
         Shape {

@@ -28,6 +28,7 @@
 //! keeps its files and resumes on its next request).
 
 use crate::error::ApiError;
+use statelm_engine::common_prefix;
 use statelm_engine::{EngineError, EngineHandle, SessionId, SessionOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -98,10 +99,6 @@ pub(crate) struct Lease {
     pub expected_reuse: usize,
     history: Vec<u32>,
     prompt_len: usize,
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// How much of `prompt` continues a session with `history`. The engine decides what of the

@@ -13,6 +13,7 @@ use super::run::{
 use crate::Ctx;
 use anyhow::{Context, Result};
 use futures::StreamExt;
+use statelm_engine::common_prefix;
 use statelm_engine::ChatDefaults;
 use statelm_engine::{
     ChatMessage, Engine, EngineConfig, EngineHandle, Event, GenerateRequest, Input, SamplingParams,
@@ -199,10 +200,6 @@ fn spawn_interrupts() -> mpsc::Receiver<()> {
         }
     });
     rx
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl<'a> Repl<'a> {
