@@ -1,6 +1,8 @@
 //! The `statelm` command-line tool: fetch, inspect and run models; chat; serve an
 //! OpenAI-compatible API.
 
+#![forbid(unsafe_code)]
+
 mod commands;
 mod fetch;
 mod model_arg;

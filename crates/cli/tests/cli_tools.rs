@@ -163,6 +163,61 @@ fn logits_match_the_library_and_the_reference() {
     assert_clean_failure(&o, "token outside the vocabulary");
 }
 
+/// `--prefill N` runs llama.cpp's protocol (the prompt as one batch, then one token per call):
+/// with `--numerics llama-cpp` and an f32 cache it reproduces the reference file's logits
+/// (llama.cpp, f32 KV, no flash attention) at every step, as the README claims.
+#[test]
+fn logits_prefill_reproduces_the_reference_protocol() {
+    let Some(model_path) = gemma() else { return };
+    let reference =
+        statelm_model::testing::reference_dir().join("logits-gemma-3-270m-q4_k_m.f32kv-nofa.json");
+    let r: Value = serde_json::from_slice(&std::fs::read(reference).unwrap()).unwrap();
+    let p = &r[0];
+    let prompt: Vec<u64> = serde_json::from_value(p["prompt_ids"].clone()).unwrap();
+    let steps = p["steps"].as_array().unwrap();
+    let mut tokens: Vec<String> = prompt.iter().map(u64::to_string).collect();
+    tokens.extend(
+        steps[..steps.len() - 1]
+            .iter()
+            .map(|s| s["token"].to_string()),
+    );
+    let prefill = prompt.len().to_string();
+    let o = run(
+        &[
+            "--numerics",
+            "llama-cpp",
+            "logits",
+            "-m",
+            &model_path,
+            "--tokens",
+            &tokens.join(","),
+            "--prefill",
+            &prefill,
+            "--kv-type",
+            "f32",
+            "--top",
+            "20",
+            "--json",
+        ],
+        "",
+    );
+    let rows = json_of(&o)["positions"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), steps.len());
+    let mut worst = 0f64;
+    for (row, step) in rows.iter().zip(steps) {
+        let ours: std::collections::HashMap<u64, f64> = (row["top"].as_array().unwrap().iter())
+            .map(|t| (t[0].as_u64().unwrap(), t[1].as_f64().unwrap()))
+            .collect();
+        assert_eq!(row["top"][0][0], step["top"][0][0]);
+        for t in step["top"].as_array().unwrap() {
+            if let Some(l) = ours.get(&t[0].as_u64().unwrap()) {
+                worst = worst.max((l - t[1].as_f64().unwrap()).abs());
+            }
+        }
+    }
+    assert!(worst < 1e-3, "largest |Δlogit| against llama.cpp: {worst}");
+}
+
 #[test]
 fn perplexity_of_a_small_file() {
     let Some(model) = gemma() else { return };

@@ -88,19 +88,6 @@ impl GovernorError {
     }
 }
 
-/// A reservation or update of the [`crate::MemoryBudget`] that was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BudgetError {
-    /// The request does not fit under the ceiling.
-    #[error("memory budget exceeded: requested {requested} bytes, {available} bytes available")]
-    OverCeiling {
-        /// Bytes requested (the growth, for a resize).
-        requested: u64,
-        /// Bytes still available under the ceiling.
-        available: u64,
-    },
-}
-
 /// A byte size string (e.g. `"1.5GiB"`) that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseBytesError {

@@ -1,7 +1,7 @@
 //! statelm-governor: the memory governor.
 //!
 //! This crate turns the operating system's real memory signals into one
-//! [`PressureLevel`], keeps a byte-level [`MemoryBudget`], describes the device
+//! [`PressureLevel`], describes the device
 //! it runs on ([`DeviceProfile`]) and decides, as a pure function
 //! ([`Policy::decide`]), what the engine must do about pressure: trim, spill,
 //! lower budgets or evict — each [`Action`] carrying a human reason, so nothing
@@ -34,7 +34,6 @@ mod apple;
 #[cfg(target_vendor = "apple")]
 #[allow(unsafe_code)]
 mod apple_sys;
-mod budget;
 mod cgroup_v1;
 mod cgroup_v2;
 mod detect;
@@ -59,7 +58,6 @@ pub use apple::{
     dispatch_pressure_level, AppleMemory, AppleProfileMemory, DISPATCH_MEMORYPRESSURE_CRITICAL,
     DISPATCH_MEMORYPRESSURE_NORMAL, DISPATCH_MEMORYPRESSURE_WARN,
 };
-pub use budget::{BudgetBreakdown, Category, MemoryBudget, Reservation};
 pub use cgroup_v1::CgroupV1Source;
 pub use cgroup_v2::{CgroupV2Events, CgroupV2Source};
 pub use detect::{
@@ -68,7 +66,7 @@ pub use detect::{
 };
 pub use device::{parse_bytes, DeviceProfile, DEVICE_ENV, DEVICE_MEMORY_ENV};
 pub use devices::{device, devices, DeviceSpec, Platform};
-pub use error::{BudgetError, GovernorError, ParseBytesError};
+pub use error::{GovernorError, ParseBytesError};
 pub use footprint::{release_free_memory, Footprint, FootprintReader};
 pub use host::{
     forward_signals, install_sigusr1, HostSignal, HostSource, SignalForwarder,

@@ -17,10 +17,16 @@ const CHUNK: usize = 32;
 /// token i (for the token at i + 1). The text is tokenized with BOS as the model's metadata
 /// says (not with --no-bos).
 ///
+/// With --prefill N the input runs as llama.cpp runs a prompt and its continuation: the first
+/// N tokens in one batch (one row, after the last of them), then one token per forward call
+/// with a row after each — the protocol of the reference files, so anyone can check the
+/// parity claim on their own prompts (`--numerics llama-cpp --kv-type f32`).
+///
 /// Examples:
 ///   statelm logits --text "The capital of France is"
 ///   statelm logits --tokens 2,651,6207,529,7001,563 --top 20 --json
 ///   statelm logits -m qwen2.5-coder-0.5b --text "def f(x):" --kv-type f16
+///   statelm --numerics llama-cpp logits --tokens 2,651,6207,529,7001,563,9079 --prefill 6
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct LogitsArgs {
@@ -45,6 +51,10 @@ pub struct LogitsArgs {
     /// KV cache type (f32 is the precise reference).
     #[arg(long, default_value = "f32", value_parser = parse_kv)]
     kv_type: KvType,
+    /// Feed the first N tokens as one batch, then one token per call (llama.cpp's protocol);
+    /// rows after the batch's last token and after each decoded one.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    prefill: Option<u32>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -77,26 +87,36 @@ fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     idx
 }
 
-/// Runs `tokens` through a fresh state, returning every position's row.
-fn teacher_force(model: &Model, tokens: &[u32], kv_type: KvType, top: usize) -> Result<Vec<Row>> {
+/// Runs `tokens` through a fresh state in calls of the given sizes, returning a row for each
+/// of the last `rows` positions of every call.
+fn teacher_force(
+    model: &Model,
+    tokens: &[u32],
+    kv_type: KvType,
+    top: usize,
+    calls: &[(usize, usize)],
+) -> Result<Vec<Row>> {
     let mut state = model.new_state_with(StateOptions {
         capacity: tokens.len(),
         kv_type,
     })?;
-    let mut rows = Vec::with_capacity(tokens.len());
-    for chunk in tokens.chunks(CHUNK) {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut at = 0;
+    for &(len, rows) in calls {
+        let chunk = &tokens[at..at + len];
         let logits = model.forward_with(
             &mut state,
             chunk,
             ForwardOptions {
-                logits: Some(LogitsMode::LastN(chunk.len())),
+                logits: Some(LogitsMode::LastN(rows)),
                 ..ForwardOptions::default()
             },
         )?;
+        at += len;
         for r in 0..logits.rows() {
             let row = logits.row(r);
-            let pos = rows.len();
-            rows.push(Row {
+            let pos = at - logits.rows() + r;
+            out.push(Row {
                 pos,
                 token: tokens[pos],
                 lse: log_sum_exp(row),
@@ -104,7 +124,24 @@ fn teacher_force(model: &Model, tokens: &[u32], kv_type: KvType, top: usize) -> 
             });
         }
     }
-    Ok(rows)
+    Ok(out)
+}
+
+/// The forward calls `(tokens, rows)`: chunks of [`CHUNK`] with every row, or with `prefill`
+/// one batch of that many tokens (its last row) and then one call per token.
+fn calls(n: usize, prefill: Option<usize>) -> Vec<(usize, usize)> {
+    match prefill {
+        None => (0..n)
+            .step_by(CHUNK)
+            .map(|s| ((n - s).min(CHUNK), (n - s).min(CHUNK)))
+            .collect(),
+        Some(p) => {
+            let p = p.min(n);
+            std::iter::once((p, 1))
+                .chain((p..n).map(|_| (1, 1)))
+                .collect()
+        }
+    }
 }
 
 /// Runs the command.
@@ -121,7 +158,8 @@ pub fn run(args: &LogitsArgs, ctx: &Ctx) -> Result<()> {
     if tokens.is_empty() {
         bail!("the input has no tokens");
     }
-    let rows = teacher_force(&model, &tokens, args.kv_type, args.top as usize)
+    let plan = calls(tokens.len(), args.prefill.map(|p| p as usize));
+    let rows = teacher_force(&model, &tokens, args.kv_type, args.top as usize, &plan)
         .context("forward pass failed")?;
     if args.json {
         let v = json!({"tokens": tokens, "kv_type": args.kv_type.name(), "positions": rows});
@@ -154,7 +192,14 @@ pub fn run(args: &LogitsArgs, ctx: &Ctx) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::top_k;
+    use super::{calls, top_k};
+
+    #[test]
+    fn calls_follow_the_protocol() {
+        assert_eq!(calls(40, None), vec![(32, 32), (8, 8)]);
+        assert_eq!(calls(5, Some(3)), vec![(3, 1), (1, 1), (1, 1)]);
+        assert_eq!(calls(2, Some(9)), vec![(2, 1)]);
+    }
 
     #[test]
     fn top_k_orders_by_logit_then_id() {
