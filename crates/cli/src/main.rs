@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod commands;
+mod common;
 mod fetch;
 mod model_arg;
 mod registry;

@@ -31,7 +31,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 128)]
     decode: usize,
     /// KV cache type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    #[arg(long, default_value = "f16", value_parser = crate::common::parse_kv)]
     kv_type: KvType,
     /// Also time decoding without a State (recompute everything) at contexts 64/256/1024.
     #[arg(long)]
@@ -46,10 +46,6 @@ pub struct BenchArgs {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_kv(s: &str) -> Result<KvType, String> {
-    KvType::parse(s).ok_or_else(|| format!("unknown KV type {s:?} (f32, f16, q8_0)"))
 }
 
 /// Median and spread of repeated measurements.

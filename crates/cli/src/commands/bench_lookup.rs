@@ -61,7 +61,7 @@ pub(crate) fn measure(
     max_tokens: usize,
     reps: usize,
 ) -> Result<Value> {
-    let rt = super::run::runtime()?;
+    let rt = crate::common::runtime()?;
     rt.block_on(async {
         let (mut plain, mut fast, mut last) = (Vec::new(), Vec::new(), json!({}));
         let mut same = true;

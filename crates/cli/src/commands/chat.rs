@@ -6,7 +6,7 @@
 //! trimmed under the token budget, spilled, restored, evicted under memory pressure — is shown
 //! as a dim line on stderr, e.g. `[context trimmed: kept 512 of 2048 tokens]`.
 
-use super::run::{
+use crate::common::{
     exit_interrupted, load_model, memory_notice, non_negative, parse_kv, runtime, stats_line,
     MemoryArgs, Style,
 };

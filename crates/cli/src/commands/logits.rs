@@ -1,6 +1,6 @@
 //! `statelm logits`: teacher-forced top-K logits at every position of an input.
 
-use super::run::{load_model, parse_kv};
+use crate::common::{load_model, parse_kv};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::json;

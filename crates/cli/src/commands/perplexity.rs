@@ -1,6 +1,6 @@
 //! `statelm perplexity`: perplexity of a model on a text file.
 
-use super::run::{load_model, parse_kv};
+use crate::common::{load_model, parse_kv};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! `statelm_engine::dry`). `chat` turns both on by default (`statelm_engine::ChatDefaults`);
 //! `run` leaves them off.
 
-use crate::commands::run::non_negative;
+use crate::common::non_negative;
 use statelm_engine::SamplingParams;
 
 /// DRY and loop-guard options.

@@ -1,6 +1,6 @@
 //! `statelm serve`: serve an OpenAI-compatible HTTP API.
 
-use super::run::{load_model, model_id, parse_kv, runtime, MemoryArgs};
+use crate::common::{load_model, model_id, parse_kv, runtime, MemoryArgs};
 use crate::Ctx;
 use anyhow::{Context, Result};
 use statelm_engine::{Engine, EngineConfig};
@@ -68,7 +68,7 @@ pub struct ServeArgs {
     /// `general.sampling.temp`, else 0.7]. Top-k, top-p, min-p and the repeat penalty also
     /// follow the file's `general.sampling.*` settings when it has them; the startup line
     /// shows what is in force.
-    #[arg(long, value_parser = super::run::non_negative)]
+    #[arg(long, value_parser = crate::common::non_negative)]
     temp: Option<f32>,
     /// Repetition control of requests that leave it out (on by default, as in chat).
     #[command(flatten)]
