@@ -395,8 +395,19 @@ impl Actor {
         cancel: Arc<AtomicBool>,
     ) {
         let sid = req.session;
-        let breakers = self.core.breakers_for(&req.sampling);
+        let checked = req.sampling.check(self.core.model.config().n_vocab);
+        let breakers = match checked {
+            Ok(()) => self.core.breakers_for(&req.sampling),
+            Err(_) => Default::default(),
+        };
         let mut job = Job::new(id, req, tx, cancel, breakers);
+        if let Err(e) = checked {
+            job.phase = crate::job::Phase::Finished;
+            job.emit_err(EngineError::InvalidRequest(e.message));
+            job.flush();
+            self.jobs.push(job);
+            return;
+        }
         match self.core.sessions.get_mut(&sid) {
             None => {
                 job.phase = crate::job::Phase::Finished;

@@ -312,6 +312,11 @@ pub(crate) fn request(
         obj.extend(map);
     }
     req.sampling = serde_json::from_value(merged).map_err(bad)?;
+    // The engine's ranges (the HTTP server rejects the same values with the same messages);
+    // `logit_bias` ids are checked against the vocabulary when the generation starts.
+    req.sampling
+        .check_ranges()
+        .map_err(|e| FfiError::invalid(e.message))?;
     Ok(req)
 }
 
@@ -369,6 +374,34 @@ mod tests {
         assert!(load_options(Some("not json")).is_err());
         let s = session_options(Some(r#"{"system_prompt":"be brief"}"#)).unwrap();
         assert_eq!(s.system_prompt.as_deref(), Some("be brief"));
+    }
+
+    /// The C ABI rejects out-of-range sampling values with the engine's own messages — the
+    /// ones the HTTP server gives (its request tests check the same values).
+    #[test]
+    fn sampling_values_get_the_engines_check() {
+        let defaults = ChatDefaults::default();
+        for (json, param) in [
+            (r#"{"temperature":5}"#, "temperature"),
+            (r#"{"top_p":0}"#, "top_p"),
+            (r#"{"repeat_penalty":0}"#, "repeat_penalty"),
+            (r#"{"dry_base":0.5}"#, "dry_base"),
+            (r#"{"lookup":1000}"#, "lookup"),
+        ] {
+            let input = Input::Text("x".into());
+            let e = request(1, input, Some(json), &defaults).unwrap_err();
+            let mut v: serde_json::Value = serde_json::to_value(&defaults.sampling).unwrap();
+            let field: serde_json::Value = serde_json::from_str(json).unwrap();
+            v[param] = field[param].clone();
+            let p: statelm_engine::SamplingParams = serde_json::from_value(v).unwrap();
+            let expected = p.check_ranges().unwrap_err();
+            assert_eq!(expected.param, param);
+            assert!(
+                e.message.contains(&expected.message),
+                "{json}: {}",
+                e.message
+            );
+        }
     }
 
     #[test]

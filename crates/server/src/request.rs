@@ -190,16 +190,6 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result
     })
 }
 
-fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
-    match v {
-        Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::bad_param(
-            param,
-            format!("{param} must be between {lo} and {hi} (got {x})"),
-        )),
-        other => Ok(other.map(|x| x as f32)),
-    }
-}
-
 /// The chat messages for the engine: content parts joined, `developer` read as `system`.
 pub(crate) fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
     if messages.is_empty() {
@@ -310,18 +300,15 @@ impl Common {
 
     fn sampling(&self, base: &SamplingParams, n_vocab: usize) -> Result<SamplingParams, ApiError> {
         let mut p = base.clone();
-        if let Some(t) = in_range("temperature", self.temperature, 0.0, 2.0)? {
-            p.temperature = t;
-        }
-        if let Some(v) = self.top_p {
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(ApiError::bad_param(
-                    "top_p",
-                    format!("top_p must be in (0, 1] (got {v})"),
-                ));
+        // Ranges are the engine's (`SamplingParams::check`, below): the C ABI and the CLI
+        // reject the same values with the same messages.
+        let set = |field: &mut f32, v: Option<f64>| {
+            if let Some(v) = v {
+                *field = v as f32;
             }
-            p.top_p = v as f32;
-        }
+        };
+        set(&mut p.temperature, self.temperature);
+        set(&mut p.top_p, self.top_p);
         if let Some(k) = self.top_k {
             if k < 0 {
                 return Err(ApiError::bad_param(
@@ -331,45 +318,19 @@ impl Common {
             }
             p.top_k = k as usize;
         }
-        if let Some(v) = in_range("min_p", self.min_p, 0.0, 1.0)? {
-            p.min_p = v;
-        }
-        if let Some(v) = in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
-            if v <= 0.0 {
-                // Dividing by it would turn every recent token's logit into +inf.
-                return Err(ApiError::bad_param(
-                    "repeat_penalty",
-                    "repeat_penalty must be greater than 0 (1 turns it off)",
-                ));
-            }
-            p.repeat_penalty = v;
-        }
-        if let Some(v) = in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)? {
-            p.frequency_penalty = v;
-        }
-        if let Some(v) = in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)? {
-            p.presence_penalty = v;
-        }
+        set(&mut p.min_p, self.min_p);
+        set(&mut p.repeat_penalty, self.repeat_penalty);
+        set(&mut p.frequency_penalty, self.frequency_penalty);
+        set(&mut p.presence_penalty, self.presence_penalty);
         for (k, &v) in self.logit_bias.iter().flatten() {
-            let id = k
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|&id| (id as usize) < n_vocab);
-            let Some(id) = id else {
+            let Ok(id) = k.trim().parse::<u32>() else {
                 return Err(ApiError::bad_param(
                     "logit_bias",
                     format!("logit_bias key {k:?} is not a token id below {n_vocab}"),
                 ));
             };
-            if !(-100.0..=100.0).contains(&v) {
-                return Err(ApiError::bad_param(
-                    "logit_bias",
-                    format!("logit_bias values must be between -100 and 100 (got {v})"),
-                ));
-            }
             // -100 bans the token, as OpenAI documents.
-            let bias = if v <= -100.0 {
+            let bias = if v == -100.0 {
                 f32::NEG_INFINITY
             } else {
                 v as f32
@@ -378,21 +339,24 @@ impl Common {
         }
         p.seed = self.seed.map(|s| s as u64);
         self.dry(&mut p)?;
+        p.check(n_vocab)
+            .map_err(|e| ApiError::bad_param(e.param, e.message))?;
         Ok(p)
     }
 
     /// The DRY fields, the loop guard and prompt lookup.
     fn dry(&self, p: &mut SamplingParams) -> Result<(), ApiError> {
-        if let Some(v) = in_range("dry_multiplier", self.dry_multiplier, 0.0, 10.0)? {
-            p.dry_multiplier = v;
+        if let Some(v) = self.dry_multiplier {
+            p.dry_multiplier = v as f32;
         }
-        if let Some(v) = in_range("dry_base", self.dry_base, 1.0, 10.0)? {
-            p.dry_base = v;
+        if let Some(v) = self.dry_base {
+            p.dry_base = v as f32;
         }
+        let max = statelm_engine::MAX_WINDOW as i64;
         let count = |name: &str, v: Option<i64>| match v {
-            Some(n) if !(0..=1 << 20).contains(&n) => Err(ApiError::bad_param(
+            Some(n) if !(0..=max).contains(&n) => Err(ApiError::bad_param(
                 name,
-                format!("{name} must be between 0 and {} (got {n})", 1 << 20),
+                format!("{name} must be between 0 and {max} (got {n})"),
             )),
             _ => Ok(v.map(|n| n as usize)),
         };
@@ -403,12 +367,6 @@ impl Common {
             p.dry_last_n = n;
         }
         if let Some(b) = &self.dry_sequence_breakers {
-            if b.len() > 64 || b.iter().any(|s| s.is_empty() || s.len() > 64) {
-                return Err(ApiError::bad_param(
-                    "dry_sequence_breakers",
-                    "dry_sequence_breakers takes at most 64 non-empty strings of at most 64 bytes",
-                ));
-            }
             p.dry_sequence_breakers = b.clone();
         }
         if let Some(g) = self.loop_guard {

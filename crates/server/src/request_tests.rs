@@ -146,3 +146,34 @@ fn lookup_fields_are_checked() {
         assert!(format!("{e:?}").contains(field), "{json}: {e:?}");
     }
 }
+
+/// Out-of-range sampling values get the engine's own messages (`SamplingParams::check`): the
+/// C ABI's params tests check the same values against the same messages.
+#[test]
+fn sampling_values_get_the_engines_check() {
+    for (json, param) in [
+        (r#"{"temperature": 5}"#, "temperature"),
+        (r#"{"top_p": 0}"#, "top_p"),
+        (r#"{"repeat_penalty": 0}"#, "repeat_penalty"),
+        (r#"{"dry_base": 0.5}"#, "dry_base"),
+        (r#"{"lookup": 1000}"#, "lookup"),
+    ] {
+        let e = common(json)
+            .validate(&LIMITS, &SamplingParams::default())
+            .unwrap_err();
+        let mut p = SamplingParams::default();
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        match param {
+            "temperature" => p.temperature = 5.0,
+            "top_p" => p.top_p = 0.0,
+            "repeat_penalty" => p.repeat_penalty = 0.0,
+            "dry_base" => p.dry_base = 0.5,
+            _ => p.lookup = v[param].as_u64().unwrap() as usize,
+        }
+        let expected = p.check_ranges().unwrap_err();
+        assert_eq!(
+            (e.param.as_deref(), e.message.as_str()),
+            (Some(param), expected.message.as_str())
+        );
+    }
+}
