@@ -19,18 +19,13 @@ pub struct InvalidParam {
     pub message: String,
 }
 
-fn within(param: &'static str, v: f32, lo: f32, hi: f32) -> Result<(), InvalidParam> {
-    match (lo..=hi).contains(&v) {
-        true => Ok(()),
-        false => Err(InvalidParam {
-            param,
-            message: format!("{param} must be between {lo} and {hi} (got {v})"),
-        }),
-    }
-}
-
-fn within_usize(param: &'static str, v: usize, lo: usize, hi: usize) -> Result<(), InvalidParam> {
-    match (lo..=hi).contains(&v) {
+fn within<T: PartialOrd + std::fmt::Display>(
+    param: &'static str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<(), InvalidParam> {
+    match v >= lo && v <= hi {
         true => Ok(()),
         false => Err(InvalidParam {
             param,
@@ -67,7 +62,7 @@ impl SamplingParams {
         }
         within("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
         within("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
-        within_usize("penalty_last_n", self.penalty_last_n, 0, MAX_WINDOW)?;
+        within("penalty_last_n", self.penalty_last_n, 0, MAX_WINDOW)?;
         for &v in self.logit_bias.values() {
             if !(v == f32::NEG_INFINITY || (-100.0..=100.0).contains(&v)) {
                 let msg = format!("logit_bias values must be between -100 and 100 (got {v})");
@@ -76,8 +71,8 @@ impl SamplingParams {
         }
         within("dry_multiplier", self.dry_multiplier, 0.0, 10.0)?;
         within("dry_base", self.dry_base, 1.0, 10.0)?;
-        within_usize("dry_allowed_length", self.dry_allowed_length, 0, MAX_WINDOW)?;
-        within_usize("dry_last_n", self.dry_last_n, 0, MAX_WINDOW)?;
+        within("dry_allowed_length", self.dry_allowed_length, 0, MAX_WINDOW)?;
+        within("dry_last_n", self.dry_last_n, 0, MAX_WINDOW)?;
         let b = &self.dry_sequence_breakers;
         if b.len() > MAX_BREAKERS || b.iter().any(|s| s.is_empty() || s.len() > MAX_BREAKERS) {
             let msg = format!(
@@ -86,8 +81,8 @@ impl SamplingParams {
             );
             return invalid("dry_sequence_breakers", msg);
         }
-        within_usize("lookup", self.lookup, 0, crate::speculate::MAX_LOOKUP)?;
-        within_usize("ngram_max", self.ngram_max, 1, crate::lookup::MAX_NGRAM)
+        within("lookup", self.lookup, 0, crate::speculate::MAX_LOOKUP)?;
+        within("ngram_max", self.ngram_max, 1, crate::lookup::MAX_NGRAM)
     }
 
     /// Checks every parameter for a model of `n_vocab` tokens: the ranges, and `logit_bias`
