@@ -63,9 +63,11 @@ impl SamplingParams {
         within("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
         within("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
         within("penalty_last_n", self.penalty_last_n, 0, MAX_WINDOW)?;
+        // Any negative value is allowed: a very negative one (or -inf) bans the token, which is
+        // how C hosts ban one (JSON has no -inf).
         for &v in self.logit_bias.values() {
-            if !(v == f32::NEG_INFINITY || (-100.0..=100.0).contains(&v)) {
-                let msg = format!("logit_bias values must be between -100 and 100 (got {v})");
+            if v.is_nan() || v > 100.0 {
+                let msg = format!("logit_bias values must be at most 100 (got {v})");
                 return invalid("logit_bias", msg);
             }
         }

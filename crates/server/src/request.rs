@@ -329,8 +329,14 @@ impl Common {
                     format!("logit_bias key {k:?} is not a token id below {n_vocab}"),
                 ));
             };
-            // -100 bans the token, as OpenAI documents.
-            let bias = if v == -100.0 {
+            // OpenAI's range; -100 bans the token, as OpenAI documents.
+            if !(-100.0..=100.0).contains(&v) {
+                return Err(ApiError::bad_param(
+                    "logit_bias",
+                    format!("logit_bias values must be between -100 and 100 (got {v})"),
+                ));
+            }
+            let bias = if v <= -100.0 {
                 f32::NEG_INFINITY
             } else {
                 v as f32
