@@ -11,10 +11,14 @@ use statelm_governor::{detect_at, Monitor, MonitorConfig, MonitorEvent, Pressure
 
 const MIB: u64 = 1 << 20;
 
+/// Writes a file the way the kernel presents one: whole, never half-written (a temporary
+/// sibling renamed into place), so a monitor polling it never reads a truncated file.
 fn write(dir: &Path, name: &str, text: &str) {
     let path = dir.join(name);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, text).unwrap();
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, text).unwrap();
+    fs::rename(tmp, path).unwrap();
 }
 
 /// A phone with 8 GiB of RAM, `available_mib` of it available, and statelm's own RSS.
