@@ -177,11 +177,10 @@ impl OwnedEvent {
         // The engine's one JSON form of the event (the server's `statelm` fields use it too).
         let json = event.to_json();
         let e = OwnedEvent::new(K::Other, request, session);
-        let mut e = match event {
+        let e = match event {
             Event::Token { id, text } => {
-                let mut e = e.with_text(&text);
+                let mut e = e.with_text(&text).of(K::Token);
                 e.token_id = id;
-                e.kind = K::Token;
                 e
             }
             Event::Text { text } => e.with_text(&text).of(K::Text),
@@ -197,8 +196,7 @@ impl OwnedEvent {
             }
             _ => e,
         };
-        e = e.with_json(json);
-        e
+        e.with_json(json)
     }
 
     fn of(mut self, kind: StatelmEventKind) -> OwnedEvent {

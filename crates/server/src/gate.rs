@@ -14,6 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[derive(Debug)]
 pub(crate) struct Gate {
     slots: Arc<Semaphore>,
+    max_concurrent: usize,
     waiting: AtomicUsize,
     max_queued: usize,
     timeout: Duration,
@@ -35,8 +36,10 @@ impl Drop for Waiting<'_> {
 impl Gate {
     /// A gate letting `max_concurrent` generations run and `max_queued` wait `timeout`.
     pub fn new(max_concurrent: usize, max_queued: usize, timeout: Duration) -> Gate {
+        let max_concurrent = max_concurrent.max(1);
         Gate {
-            slots: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            slots: Arc::new(Semaphore::new(max_concurrent)),
+            max_concurrent,
             waiting: AtomicUsize::new(0),
             max_queued,
             timeout,
@@ -49,8 +52,8 @@ impl Gate {
     }
 
     /// Generations running.
-    pub fn running(&self, max_concurrent: usize) -> usize {
-        max_concurrent.max(1) - self.slots.available_permits()
+    pub fn running(&self) -> usize {
+        self.max_concurrent - self.slots.available_permits()
     }
 
     /// Takes a slot: at once when one is free, else after the requests queued before this

@@ -310,7 +310,7 @@ async fn metrics(State(app): App) -> Response {
     let stats = app.engine.stats().await;
     let load = crate::metrics::Load {
         pool: app.sessions.counts(),
-        gate: (app.gate.running(app.cfg.concurrency()), app.gate.waiting()),
+        gate: (app.gate.running(), app.gate.waiting()),
     };
     let text = crate::metrics::render(&stats, &app.metrics, load);
     (
