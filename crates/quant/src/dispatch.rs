@@ -12,7 +12,7 @@
 use crate::error::{bytes_for, check_len, QuantError};
 use crate::kernels::{
     scalar, AxpyFn, Dot4Fn, DotFn, GatedFn, I8TileFn, InterleaveFn, KTileFn, NarrowFn, NormFn,
-    PanelFn, QuantFn, Rows8Fn, SoftmaxFn, TileFn, VecDotFn, WidenFn,
+    PairTileFn, PanelFn, QuantFn, Rows8Fn, Rows8x4Fn, SoftmaxFn, TileFn, VecDotFn, WidenFn,
 };
 use crate::matvec::BatchOrder;
 use statelm_gguf::GgmlType;
@@ -62,6 +62,22 @@ struct TileTable {
     q8_0: Option<TileFn>,
 }
 
+/// Pair tile kernels (small-batch matmul over prepared vector pairs); `None` falls back to
+/// [`TileTable`].
+#[derive(Clone, Copy, Default)]
+struct PairTable {
+    q5_0: Option<PairTileFn>,
+    q8_0: Option<PairTileFn>,
+}
+
+/// Eight-row × 1..=4-vector kernels (small-batch matmul of the K-quants); `None` falls back
+/// to [`Rows8Table`] vector by vector.
+#[derive(Clone, Copy, Default)]
+struct Rows8x4Table {
+    q4_k: Option<Rows8x4Fn>,
+    q6_k: Option<Rows8x4Fn>,
+}
+
 /// Eight-row × one-vector kernels (matvec); `None` falls back to single dots.
 #[derive(Clone, Copy, Default)]
 struct Rows8Table {
@@ -91,7 +107,9 @@ pub struct Kernels {
     dot: DotTable,
     dot4: Dot4Table,
     tile: TileTable,
+    pairs: PairTable,
     rows8: Rows8Table,
+    rows8x4: Rows8x4Table,
     quant: QuantTable,
     vec_dot_f32: VecDotFn,
     axpy_f32: AxpyFn,
@@ -142,7 +160,9 @@ impl Kernels {
                 ..Dot4Table::default()
             },
             tile: TileTable::default(),
+            pairs: PairTable::default(),
             rows8: Rows8Table::default(),
+            rows8x4: Rows8x4Table::default(),
             vec_dot_f32: scalar::dot_f32,
             axpy_f32: scalar::axpy_f32,
             f16_to_f32: scalar::f16_to_f32,
@@ -203,6 +223,14 @@ impl Kernels {
                         q4_k: Some(crate::kernels::avx2::rows8_q4_k_q8_k_avx512vnni),
                         q6_k: Some(crate::kernels::avx2::rows8_q6_k_q8_k_avx512vnni),
                         ..avx2.rows8
+                    },
+                    rows8x4: Rows8x4Table {
+                        q4_k: Some(crate::kernels::avx2::rows8x4_q4_k_q8_k_avx512vnni),
+                        q6_k: Some(crate::kernels::avx2::rows8x4_q6_k_q8_k_avx512vnni),
+                    },
+                    pairs: PairTable {
+                        q5_0: Some(crate::kernels::avx2::pairs_q5_0_avx512vnni),
+                        q8_0: Some(crate::kernels::avx2::pairs_q8_0_avx512vnni),
                     },
                     ..avx2
                 });
@@ -453,6 +481,16 @@ impl Kernels {
         }
     }
 
+    /// The pair tile kernel for weights of type `w` and the offset of their unsigned codes
+    /// (what [`crate::pairs::prepare`] corrects for), if this ISA has one.
+    pub(crate) fn pair_tile_fn(&self, w: GgmlType) -> Option<(PairTileFn, i32)> {
+        match w {
+            GgmlType::Q5_0 => self.pairs.q5_0.map(|f| (f, 16)),
+            GgmlType::Q8_0 => self.pairs.q8_0.map(|f| (f, 128)),
+            _ => None,
+        }
+    }
+
     /// The eight-row matvec kernel for weights of type `w`, if this ISA has one.
     pub(crate) fn rows8_fn(&self, w: GgmlType) -> Option<Rows8Fn> {
         match w {
@@ -461,6 +499,15 @@ impl Kernels {
             GgmlType::Q8_0 => self.rows8.q8_0,
             GgmlType::Q4_K => self.rows8.q4_k,
             GgmlType::Q6_K => self.rows8.q6_k,
+            _ => None,
+        }
+    }
+
+    /// The eight-row × 1..=4-vector kernel for weights of type `w`, if this ISA has one.
+    pub(crate) fn rows8x4_fn(&self, w: GgmlType) -> Option<Rows8x4Fn> {
+        match w {
+            GgmlType::Q4_K => self.rows8x4.q4_k,
+            GgmlType::Q6_K => self.rows8x4.q6_k,
             _ => None,
         }
     }
@@ -480,105 +527,6 @@ impl Kernels {
     /// Whether weights of type `w` have a dot kernel (any ISA).
     pub fn supports(&self, w: GgmlType) -> bool {
         self.dot_fn(w).is_some()
-    }
-
-    /// Dot product of `n` elements: one weight row `w` (type `w_ty`) against
-    /// activations `a` already quantized to [`crate::vec_dot_type`]`(w_ty)`.
-    pub fn vec_dot(&self, w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-        let f = self.dot_fn(w_ty).ok_or(QuantError::Unsupported {
-            ty: w_ty,
-            op: "vec_dot",
-        })?;
-        check_len("vec_dot weight bytes", bytes_for(w_ty, n)?, w.len())?;
-        check_len(
-            "vec_dot activation bytes",
-            bytes_for(crate::vec_dot_type(w_ty), n)?,
-            a.len(),
-        )?;
-        // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
-        Ok(unsafe { f(n, w, a) })
-    }
-
-    /// Dots one weight row against four activation vectors; bit-identical to
-    /// four [`Kernels::vec_dot`] calls (uses a four-vector kernel when the ISA
-    /// has one for `w_ty`).
-    pub fn vec_dot4(
-        &self,
-        w_ty: GgmlType,
-        n: usize,
-        w: &[u8],
-        a: [&[u8]; 4],
-    ) -> Result<[f32; 4], QuantError> {
-        let f = self.dot_fn(w_ty).ok_or(QuantError::Unsupported {
-            ty: w_ty,
-            op: "vec_dot",
-        })?;
-        check_len("vec_dot weight bytes", bytes_for(w_ty, n)?, w.len())?;
-        let a_bytes = bytes_for(crate::vec_dot_type(w_ty), n)?;
-        for v in a {
-            check_len("vec_dot activation bytes", a_bytes, v.len())?;
-        }
-        Ok(match self.dot4_fn(w_ty) {
-            // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
-            Some(f4) => unsafe { f4(n, w, a) },
-            // SAFETY: as above.
-            None => a.map(|v| unsafe { f(n, w, v) }),
-        })
-    }
-
-    /// Dots eight weight rows against one activation vector; bit-identical to
-    /// eight [`Kernels::vec_dot`] calls (uses an eight-row kernel when the ISA
-    /// has one for `w_ty`).
-    pub fn vec_dot_rows8(
-        &self,
-        w_ty: GgmlType,
-        n: usize,
-        w: [&[u8]; 8],
-        a: &[u8],
-    ) -> Result<[f32; 8], QuantError> {
-        let Some(f) = self.rows8_fn(w_ty) else {
-            let mut out = [0f32; 8];
-            for (o, r) in out.iter_mut().zip(w) {
-                *o = self.vec_dot(w_ty, n, r, a)?;
-            }
-            return Ok(out);
-        };
-        let w_bytes = bytes_for(w_ty, n)?;
-        for r in w {
-            check_len("vec_dot weight bytes", w_bytes, r.len())?;
-        }
-        let a_bytes = bytes_for(crate::vec_dot_type(w_ty), n)?;
-        check_len("vec_dot activation bytes", a_bytes, a.len())?;
-        // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
-        Ok(unsafe { f(n, w, a) })
-    }
-
-    /// Dots two weight rows against four activation vectors (`out[row][vector]`);
-    /// bit-identical to eight [`Kernels::vec_dot`] calls (uses a tile kernel
-    /// when the ISA has one for `w_ty`).
-    pub fn vec_dot_tile(
-        &self,
-        w_ty: GgmlType,
-        n: usize,
-        w: [&[u8]; 2],
-        a: [&[u8]; 4],
-    ) -> Result<[[f32; 4]; 2], QuantError> {
-        if let Some(f) = self.tile_fn(w_ty) {
-            let w_bytes = bytes_for(w_ty, n)?;
-            for r in w {
-                check_len("vec_dot weight bytes", w_bytes, r.len())?;
-            }
-            let a_bytes = bytes_for(crate::vec_dot_type(w_ty), n)?;
-            for v in a {
-                check_len("vec_dot activation bytes", a_bytes, v.len())?;
-            }
-            // SAFETY: table invariant (the kernel runs on this CPU); lengths checked above.
-            return Ok(unsafe { f(n, w, a) });
-        }
-        Ok([
-            self.vec_dot4(w_ty, n, w[0], a)?,
-            self.vec_dot4(w_ty, n, w[1], a)?,
-        ])
     }
 
     /// `Σ a_i b_i` over the common length of two f32 slices (attention scores).

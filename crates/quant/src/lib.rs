@@ -90,6 +90,7 @@
 //! is rounded to f16 by design).
 
 pub mod bandwidth;
+mod checked;
 pub mod dispatch;
 pub mod error;
 pub mod formats;
@@ -99,6 +100,7 @@ pub mod igemm_k;
 pub mod kernels;
 pub mod matrix;
 pub mod matvec;
+pub mod pairs;
 pub mod pool;
 
 pub use bandwidth::measure_read_bandwidth;

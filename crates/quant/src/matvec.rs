@@ -9,7 +9,7 @@
 
 use crate::dispatch::Kernels;
 use crate::error::{check_len, QuantError};
-use crate::kernels::{Dot4Fn, DotFn, TileFn};
+use crate::kernels::{Dot4Fn, DotFn, PairBlock, PairTileFn, TileFn};
 use crate::matrix::{QMatrix, QuantizedActs};
 use crate::pool::ThreadPool;
 
@@ -200,13 +200,20 @@ impl Kernels {
         order: BatchOrder,
     ) -> Result<(), QuantError> {
         let dot = self.prepare(w, acts)?;
+        // Bit-identical to single dots, which both orders take for these formats.
+        let pairs = self.pair_tile_fn(w.ty());
         let fns = TileFns {
+            pairs: pairs.map(|(f, _)| f),
             dot,
             dot4: self.batch_dot4_fn(w.ty(), order),
             tile: self.tile_fn(w.ty()),
             // The decode kernels, bit-identical to single dots: only where the order is.
             rows8: match order {
                 BatchOrder::Invariant => self.rows8_fn(w.ty()),
+                BatchOrder::Ggml => None,
+            },
+            rows8x4: match order {
+                BatchOrder::Invariant => self.rows8x4_fn(w.ty()),
                 BatchOrder::Ggml => None,
             },
         };
@@ -220,15 +227,34 @@ impl Kernels {
         }
         let chunk =
             chunk_rows(rows, pool.n_threads()).min((TILE_BYTES / w.row_bytes().max(1)).max(1));
+        // The vector tiles of two or more vectors, prepared once for the pair kernel.
+        let prepared: Vec<Vec<PairBlock>> = match pairs {
+            Some((_, offset)) => (0..n)
+                .step_by(TILE_VECS)
+                .map(|v0| {
+                    let vs: Vec<&[u8]> = (v0..(v0 + TILE_VECS).min(n))
+                        .map(|v| acts.vector(v))
+                        .collect();
+                    let mut p = Vec::new();
+                    if vs.len() >= 2 {
+                        crate::pairs::prepare(&vs, w.cols() / w.ty().block_size(), offset, &mut p);
+                    }
+                    p
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let out = OutPtr(y.as_mut_ptr());
         pool.run(rows.div_ceil(chunk), &|t| {
             let r0 = t * chunk;
             let r1 = (r0 + chunk).min(rows);
-            for v0 in (0..n).step_by(TILE_VECS) {
+            for (i, v0) in (0..n).step_by(TILE_VECS).enumerate() {
                 let v1 = (v0 + TILE_VECS).min(n);
+                let tile = prepared.get(i).filter(|p| !p.is_empty());
                 // SAFETY: task t alone writes rows r0..r1 of each output vector,
-                // and y (n * rows long, checked above) outlives pool.run.
-                unsafe { fns.rows_by_vecs(w, acts, r0..r1, v0..v1, &out) };
+                // and y (n * rows long, checked above) outlives pool.run; `tile` holds the
+                // vectors v0..v1 prepared for `fns.pairs`.
+                unsafe { fns.rows_by_vecs(w, acts, r0..r1, v0..v1, tile, &out) };
             }
         });
         Ok(())
@@ -237,10 +263,12 @@ impl Kernels {
 
 /// The kernels one matmul uses, from the widest register tile down to a single dot.
 struct TileFns {
+    pairs: Option<PairTileFn>,
     dot: DotFn,
     dot4: Option<Dot4Fn>,
     tile: Option<TileFn>,
     rows8: Option<crate::kernels::Rows8Fn>,
+    rows8x4: Option<crate::kernels::Rows8x4Fn>,
 }
 
 impl TileFns {
@@ -249,18 +277,21 @@ impl TileFns {
     /// vectors go — where the order allows it — eight rows per decode (`rows8`) kernel call,
     /// vector after vector (the eight rows stay in L1, so a small batch reads its weights
     /// once; the K-quants have no tile kernel); what is left, one row × four vectors, then
-    /// single dots.
+    /// single dots. With a pair kernel and `prepared` (vectors `vs` prepared for it), two rows
+    /// × all of `vs` go per call instead.
     ///
     /// # Safety
     /// The kernels must run on this CPU and `acts` must have been checked
     /// against `w` (`Kernels::prepare`); `out` must point to `w.rows() *
-    /// acts.n()` writable floats that no other thread writes in rows `rs`.
+    /// acts.n()` writable floats that no other thread writes in rows `rs`; `prepared`, if
+    /// given, must be [`crate::pairs::prepare`] of vectors `vs` over `w`'s blocks.
     unsafe fn rows_by_vecs(
         &self,
         w: &QMatrix<'_>,
         acts: &QuantizedActs,
         rs: std::ops::Range<usize>,
         vs: std::ops::Range<usize>,
+        prepared: Option<&Vec<PairBlock>>,
         out: &OutPtr,
     ) {
         let (rows, cols) = (w.rows(), w.cols());
@@ -269,6 +300,23 @@ impl TileFns {
             // other thread writes rows `rs` (the caller's contract).
             unsafe { *out.get().add(v * rows + r) = s }
         };
+        if let (Some(f), Some(prepared)) = (self.pairs, prepared) {
+            let npairs = vs.len().div_ceil(2);
+            let mut r = rs.start;
+            while r + 2 <= rs.end {
+                // SAFETY: kernels run on this CPU; the rows hold cols / block_size blocks,
+                // `prepared` as many blocks of `npairs` pairs (the caller's contract).
+                let s = unsafe { f([w.row(r), w.row(r + 1)], prepared, npairs) };
+                for (i, row) in s.iter().enumerate() {
+                    for (j, v) in vs.clone().enumerate() {
+                        put(v, r + i, row[j]);
+                    }
+                }
+                r += 2;
+            }
+            // SAFETY: as above.
+            return unsafe { self.rows_by_dots(w, acts, r..rs.end, vs, &put) };
+        }
         let quad = |v: usize| [0, 1, 2, 3].map(|i| acts.vector(v + i));
         let tiled = match self.tile {
             Some(_) => vs.start + (vs.end - vs.start) / 4 * 4,
@@ -294,7 +342,21 @@ impl TileFns {
         unsafe { self.rows_by_dots(w, acts, r..rs.end, vs.start..tiled, &put) };
         let rest = tiled..vs.end;
         let mut r = rs.start;
-        if let (Some(rows8), false) = (self.rows8, rest.is_empty()) {
+        if let (Some(many), true) = (self.rows8x4, rest.len() >= 2) {
+            let vecs: Vec<&[u8]> = rest.clone().map(|v| acts.vector(v)).collect();
+            while r + 8 <= rs.end {
+                let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
+                for (g, group) in vecs.chunks(4).enumerate() {
+                    // SAFETY: as above (1..=4 vectors per call).
+                    let s = unsafe { many(cols, wr, group) };
+                    for (j, out) in s.iter().take(group.len()).enumerate() {
+                        let v = rest.start + 4 * g + j;
+                        out.iter().enumerate().for_each(|(i, &s)| put(v, r + i, s));
+                    }
+                }
+                r += 8;
+            }
+        } else if let (Some(rows8), false) = (self.rows8, rest.is_empty()) {
             while r + 8 <= rs.end {
                 let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
                 for v in rest.clone() {

@@ -116,7 +116,7 @@ proptest! {
         let n = elems(ty, blocks);
         let rows = [random_row(&mut rng, ty, n), random_row(&mut rng, ty, n)];
         let w = [rows[0].as_slice(), rows[1].as_slice()];
-        for k in [Kernels::scalar(), Kernels::detected()] {
+        for k in Kernels::available() {
             let acts: Vec<Vec<u8>> = (0..4).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
             let a = [0, 1, 2, 3].map(|i| acts[i].as_slice());
             let tile = k.vec_dot_tile(ty, n, w, a).unwrap();
@@ -127,6 +127,38 @@ proptest! {
                 w.map(|r| a.map(|v| k.vec_dot(ty, n, r, v).unwrap().to_bits()))
             };
             prop_assert_eq!(tile.map(|r| r.map(f32::to_bits)), one, "{} {}", ty, k.isa());
+        }
+    }
+
+    #[test]
+    fn pair_tile_is_bit_identical_to_dots(t in 0..DOT_TYPES.len(), blocks in 1usize..9, vecs in 1usize..=8, seed in any::<u64>()) {
+        let ty = DOT_TYPES[t];
+        let mut rng = Rng(seed);
+        let n = elems(ty, blocks);
+        let rows = [random_row(&mut rng, ty, n), random_row(&mut rng, ty, n)];
+        let w = [rows[0].as_slice(), rows[1].as_slice()];
+        for k in Kernels::available() {
+            let acts: Vec<Vec<u8>> = (0..vecs).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
+            let a: Vec<&[u8]> = acts.iter().map(Vec::as_slice).collect();
+            let Some(tile) = k.vec_dot_pair_tile(ty, n, w, &a).unwrap() else { continue };
+            let one = w.map(|r| a.iter().map(|v| k.vec_dot(ty, n, r, v).unwrap().to_bits()).collect::<Vec<_>>());
+            prop_assert_eq!(tile.map(|r| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>()), one, "{} {}", ty, k.isa());
+        }
+    }
+
+    #[test]
+    fn rows8x4_is_bit_identical_to_dots(t in 0..DOT_TYPES.len(), blocks in 1usize..5, vecs in 1usize..=4, seed in any::<u64>()) {
+        let ty = DOT_TYPES[t];
+        let mut rng = Rng(seed);
+        let n = elems(ty, blocks);
+        let rows: Vec<Vec<u8>> = (0..8).map(|_| random_row(&mut rng, ty, n)).collect();
+        let w = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| rows[i].as_slice());
+        for k in Kernels::available() {
+            let acts: Vec<Vec<u8>> = (0..vecs).map(|_| quantized_acts(&k, ty, &rng.vec(n)).0).collect();
+            let a: Vec<&[u8]> = acts.iter().map(Vec::as_slice).collect();
+            let Some(many) = k.vec_dot_rows8x4(ty, n, w, &a).unwrap() else { continue };
+            let one: Vec<[u32; 8]> = a.iter().map(|v| w.map(|r| k.vec_dot(ty, n, r, v).unwrap().to_bits())).collect();
+            prop_assert_eq!(many.iter().map(|r| r.map(f32::to_bits)).collect::<Vec<_>>(), one, "{} {}", ty, k.isa());
         }
     }
 
@@ -497,6 +529,38 @@ fn extreme_codes_do_not_saturate() {
                 (s - v).abs() <= 1e-5 * s.abs().max(1.0),
                 "{ty} fill {fill:#x}: {s} vs {v}"
             );
+            // The multi-vector kernels hold the same exact integers at the extremes.
+            for k in Kernels::available() {
+                let one = k.vec_dot(ty, 512, &w, &a).unwrap().to_bits();
+                let tile = k.vec_dot_tile(ty, 512, [&w, &w], [&a, &a, &a, &a]).unwrap();
+                let rows8 = k.vec_dot_rows8(ty, 512, [&w; 8], &a).unwrap();
+                assert!(
+                    tile.iter().flatten().all(|t| t.to_bits() == one),
+                    "{ty} {}",
+                    k.isa()
+                );
+                assert!(rows8.iter().all(|t| t.to_bits() == one), "{ty} {}", k.isa());
+                if let Some(many) = k
+                    .vec_dot_rows8x4(ty, 512, [&w; 8], &[a.as_slice(); 3])
+                    .unwrap()
+                {
+                    assert!(
+                        many.iter().flatten().all(|t| t.to_bits() == one),
+                        "{ty} {}",
+                        k.isa()
+                    );
+                }
+                if let Some(pairs) = k
+                    .vec_dot_pair_tile(ty, 512, [&w, &w], &[a.as_slice(); 5])
+                    .unwrap()
+                {
+                    assert!(
+                        pairs.iter().flatten().all(|t| t.to_bits() == one),
+                        "{ty} {}",
+                        k.isa()
+                    );
+                }
+            }
         }
     }
 }

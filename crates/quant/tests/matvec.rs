@@ -91,7 +91,7 @@ fn matmul_equals_n_matvecs() {
             let data = random_matrix(&mut rng, ty, rows, cols);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
             let x = rng.vec(cols * n);
-            for k in [Kernels::scalar(), Kernels::detected()] {
+            for k in Kernels::available() {
                 let mut acts = QuantizedActs::new();
                 acts.quantize_with(&k, vec_dot_type(ty), &x, n, cols)
                     .unwrap();

@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// edit (interleaved rounds; the text must be the same).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     lookup: Option<u16>,
+    /// Also time one speculative verification of each of these batch sizes (all logits, after a
+    /// 64-token context, reused buffers), in ms and as a multiple of `--verify 1` (a decode step).
+    #[arg(long, value_delimiter = ',', value_name = "K,..")]
+    verify: Vec<usize>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -50,13 +54,13 @@ pub struct BenchArgs {
 
 /// Median and spread of repeated measurements.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-struct Stat {
-    median: f64,
+pub(crate) struct Stat {
+    pub(crate) median: f64,
     min: f64,
     max: f64,
 }
 
-fn stat(mut v: Vec<f64>) -> Stat {
+pub(crate) fn stat(mut v: Vec<f64>) -> Stat {
     v.sort_by(f64::total_cmp);
     Stat {
         median: v[v.len() / 2],
@@ -66,7 +70,7 @@ fn stat(mut v: Vec<f64>) -> Stat {
 }
 
 /// `n` realistic token ids: the tokenized sample text, repeated.
-fn tokens(model: &Model, n: usize) -> Result<Vec<u32>> {
+pub(crate) fn tokens(model: &Model, n: usize) -> Result<Vec<u32>> {
     const TEXT: &str = "The history of computing is a story of machines that learned to remember. \
         Early calculators held a single number; later computers kept programs and data side by \
         side, and every generation since has traded speed for memory and memory for speed. ";
@@ -194,6 +198,16 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
         )?),
         None => None,
     };
+    let verify = if args.verify.is_empty() {
+        None
+    } else {
+        Some(super::bench_lookup::time_verify(
+            &model,
+            &args.verify,
+            args.kv_type,
+            reps,
+        )?)
+    };
     // Read before the bandwidth probe, whose 1 GiB buffer is not the model's.
     let peak_rss = peak_rss_bytes();
     let weights = model.weight_bytes_per_token();
@@ -221,6 +235,7 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
         "roofline": roofline,
         "stateless": stateless,
         "lookup": lookup,
+        "verify": verify,
         "peak_rss_bytes": peak_rss,
     });
     if args.json {
@@ -301,6 +316,18 @@ fn print_report(r: &serde_json::Value) {
             l["drafted"],
             l["same_text"]
         );
+    }
+    if let Some(rows) = r["verify"].as_array() {
+        for row in rows {
+            println!(
+                "verify {:>3} {:>10.2} ms  ({:.2}x one decode step; min {:.2}, max {:.2})",
+                row["tokens"],
+                f(&row["ms"]["median"]),
+                f(&row["vs_decode_step"]),
+                f(&row["ms"]["min"]),
+                f(&row["ms"]["max"])
+            );
+        }
     }
     if let Some(rss) = r["peak_rss_bytes"].as_u64() {
         println!("peak RSS  {:>15.1} MiB", rss as f64 / (1024.0 * 1024.0));

@@ -8,8 +8,9 @@ use statelm_engine::{
     ChatMessage, Engine, EngineConfig, Event, GenerateRequest, Input, SamplingParams,
     SessionOptions,
 };
-use statelm_model::Model;
+use statelm_model::{ForwardOptions, KvType, LogitsMode, Model, StateOptions};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The workload: an edit whose answer copies most of its input.
 const EDIT: &str = "Rename the method `get_total` to `total` everywhere in this class and show \
@@ -81,4 +82,51 @@ pub(crate) fn measure(
                   "same_text": same}),
         )
     })
+}
+
+/// The cost of one speculative verification of `k` tokens for each `k` in `ks`: a forward of
+/// `k` tokens computing all `k` logits rows, after a 64-token context, with the scratch and
+/// logits buffers reused as the engine reuses them; the State is cut back after each. Returns
+/// the median ms per `k` and its ratio to `k = 1` (one decode step; timed too if not asked).
+pub(crate) fn time_verify(model: &Model, ks: &[usize], kv: KvType, reps: usize) -> Result<Value> {
+    const CONTEXT: usize = 64;
+    let max = ks.iter().copied().max().unwrap_or(1).max(1);
+    let toks = super::bench::tokens(model, CONTEXT + max)?;
+    let mut st = model.new_state_with(StateOptions {
+        capacity: CONTEXT + max,
+        kv_type: kv,
+    })?;
+    let (mut scratch, mut logits) = (model.new_scratch(), statelm_model::Logits::default());
+    model.forward_into(
+        &mut scratch,
+        &mut st,
+        &toks[..CONTEXT],
+        Default::default(),
+        &mut logits,
+    )?;
+    let mut time = |k: usize| -> Result<super::bench::Stat> {
+        let mut ms = Vec::new();
+        // One untimed round first: the buffers grow to this batch's size.
+        for rep in 0..=reps.max(1) {
+            let opts = ForwardOptions {
+                logits: Some(LogitsMode::LastN(k)),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let batch = &toks[CONTEXT..CONTEXT + k];
+            model.forward_into(&mut scratch, &mut st, batch, opts, &mut logits)?;
+            if rep > 0 {
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            st.truncate(CONTEXT);
+        }
+        Ok(super::bench::stat(ms))
+    };
+    let one = time(1)?.median;
+    let mut rows = Vec::new();
+    for &k in ks {
+        let s = time(k.max(1))?;
+        rows.push(json!({"tokens": k.max(1), "ms": s, "vs_decode_step": s.median / one}));
+    }
+    Ok(Value::Array(rows))
 }

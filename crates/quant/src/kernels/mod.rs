@@ -99,12 +99,53 @@ pub type Dot4Fn = unsafe fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// Must give exactly the results of eight [`DotFn`] calls of the same ISA.
 pub type TileFn = unsafe fn(n: usize, w: [&[u8]; 2], a: [&[u8]; 4]) -> [[f32; 4]; 2];
 
+/// One block of two Q8_0 activation vectors prepared for a [`PairTileFn`] (see
+/// [`crate::pairs`]): vector `2p` in the low half of each field, `2p + 1` in the high half.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C, align(64))]
+pub struct PairBlock {
+    /// The two vectors' 32 codes each.
+    pub q: [i8; 64],
+    /// Per i32 lane (four codes): `-offset · Σ codes`, the dot's starting value for weights
+    /// whose unsigned codes exceed the signed ones by `offset`.
+    pub start: [i32; 16],
+    /// Each vector's block scale, widened to f32, over its eight lanes.
+    pub d: [f32; 16],
+}
+
+impl Default for PairBlock {
+    fn default() -> Self {
+        PairBlock {
+            q: [0; 64],
+            start: [0; 16],
+            d: [0.0; 16],
+        }
+    }
+}
+
+/// Vectors per call of a [`PairTileFn`] (four pairs).
+pub const PAIR_TILE_VECS: usize = 8;
+
+/// A small-batch tile kernel: two weight rows against `npairs` (1..=4) prepared pairs of
+/// activation vectors, `pairs[b * npairs + p]` for block `b` (see [`crate::pairs::prepare`]);
+/// `out[row][2p + h]` is row `row` against vector `2p + h`. Must give exactly the results of
+/// single [`DotFn`] calls of the same ISA. Unsafe to call because SIMD versions require CPU
+/// features; the rows must hold `pairs.len() / npairs` blocks.
+pub type PairTileFn =
+    unsafe fn(w: [&[u8]; 2], pairs: &[PairBlock], npairs: usize) -> [[f32; PAIR_TILE_VECS]; 2];
+
 /// A matvec kernel: eight weight rows against one activation vector (shares
 /// the activation block's loads and code-offset term between rows; for Q4_0,
 /// whose single dot sums one FMA per block, the eight block sums share one
 /// f32x8 FMA, row r in lane r). Must give exactly the results of eight
 /// [`DotFn`] calls of the same ISA.
 pub type Rows8Fn = unsafe fn(n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8];
+
+/// A small-batch matvec kernel: eight weight rows against 1..=4 activation vectors
+/// (`out[vector][row]`; outputs past `a.len()` are unspecified), each weight block decoded
+/// once for all of them. Must give exactly the results of single [`DotFn`] calls of the same
+/// ISA.
+pub type Rows8x4Fn = unsafe fn(n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4];
 
 /// An activation quantizer: `x` (a whole number of blocks) into `out` (the
 /// bytes of as many blocks). Unsafe to call for the same reason as [`DotFn`].

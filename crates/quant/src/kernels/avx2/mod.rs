@@ -30,6 +30,7 @@ mod igemm;
 mod igemm_k;
 mod kquants;
 mod legacy;
+mod pairs_vnni;
 mod quantize;
 mod rows;
 mod rows_k;
@@ -48,10 +49,14 @@ pub use legacy::{
     dot4_q4_0_q8_0, dot4_q5_0_q8_0, dot4_q8_0_q8_0, dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0,
     dot_q5_1_q8_1, dot_q8_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
 };
+pub use pairs_vnni::{pairs_q5_0_avx512vnni, pairs_q8_0_avx512vnni};
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use rows_k::{rows8_q4_k_q8_k, rows8_q6_k_q8_k};
-pub use rows_k512::{rows8_q4_k_q8_k_avx512vnni, rows8_q6_k_q8_k_avx512vnni};
+pub use rows_k512::{
+    rows8_q4_k_q8_k_avx512vnni, rows8_q6_k_q8_k_avx512vnni, rows8x4_q4_k_q8_k_avx512vnni,
+    rows8x4_q6_k_q8_k_avx512vnni,
+};
 pub use rows_vnni::{rows8_q4_0_q8_0_avx512vnni, rows8_q5_0_q8_0_avx512vnni};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 

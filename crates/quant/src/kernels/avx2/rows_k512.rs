@@ -65,17 +65,82 @@ fn fold(v: __m512i) -> __m256i {
 
 /// Q4_K weights · Q8_K activations for eight rows, bit-identical to [`super::rows8_q4_k_q8_k`].
 ///
-/// The codes of 64-byte half `h` of a row's nibbles: low nibbles are sub-blocks `4h` and
-/// `4h + 2`, high nibbles `4h + 1` and `4h + 3` (32 codes each, one per 256-bit half), so
-/// the activations are joined in that order and each sub-block's scale fills its half.
-///
 /// # Safety
 /// CPU must support avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni; slice lengths as
 /// checked by the caller.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows8_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    let nb = w.iter().fold(a.len() / 292, |m, r| m.min(r.len() / 144));
+    rows8_q4_k::<1>(w, [a])[0]
+}
+
+/// Q4_K weights: eight rows · 1..=4 Q8_K vectors (`out[v][row]`; bit-identical to single
+/// dots): each row's super-block is decoded once for every vector.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni; slice lengths as
+/// checked by the caller; `a` holds 1..=4 vectors.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn rows8x4_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4] {
+    by_vectors(
+        a,
+        |v| rows8_q4_k::<1>(w, v),
+        |v| rows8_q4_k::<2>(w, v),
+        |v| rows8_q4_k::<3>(w, v),
+        |v| rows8_q4_k::<4>(w, v),
+    )
+}
+
+/// Q6_K weights: eight rows · 1..=4 Q8_K vectors (`out[v][row]`; bit-identical to single
+/// dots): each row's super-block is decoded once for every vector.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni; slice lengths as
+/// checked by the caller; `a` holds 1..=4 vectors.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn rows8x4_q6_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4] {
+    by_vectors(
+        a,
+        |v| rows8_q6_k::<1>(w, v),
+        |v| rows8_q6_k::<2>(w, v),
+        |v| rows8_q6_k::<3>(w, v),
+        |v| rows8_q6_k::<4>(w, v),
+    )
+}
+
+/// Calls the kernel for `a.len()` (1..=4, more are cut) vectors, its results first in the output.
+#[inline(always)]
+fn by_vectors<'a>(
+    a: &[&'a [u8]],
+    one: impl FnOnce([&'a [u8]; 1]) -> [[f32; 8]; 1],
+    two: impl FnOnce([&'a [u8]; 2]) -> [[f32; 8]; 2],
+    three: impl FnOnce([&'a [u8]; 3]) -> [[f32; 8]; 3],
+    four: impl FnOnce([&'a [u8]; 4]) -> [[f32; 8]; 4],
+) -> [[f32; 8]; 4] {
+    let mut out = [[0f32; 8]; 4];
+    match *a {
+        [] => {}
+        [x] => out[..1].copy_from_slice(&one([x])),
+        [x, y] => out[..2].copy_from_slice(&two([x, y])),
+        [x, y, z] => out[..3].copy_from_slice(&three([x, y, z])),
+        [x, y, z, u, ..] => out = four([x, y, z, u]),
+    }
+    out
+}
+
+/// Q4_K weights · `V` Q8_K vectors for eight rows.
+///
+/// The codes of 64-byte half `h` of a row's nibbles: low nibbles are sub-blocks `4h` and
+/// `4h + 2`, high nibbles `4h + 1` and `4h + 3` (32 codes each, one per 256-bit half), so
+/// the activations are joined in that order and each sub-block's scale fills its half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn rows8_q4_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
+    let nb = a.iter().fold(
+        w.iter().fold(usize::MAX, |m, r| m.min(r.len() / 144)),
+        |m, v| m.min(v.len() / 292),
+    );
     let rows = w.map(|r| r[..nb * 144].as_chunks::<144>().0);
+    let acts = a.map(|v| v[..nb * 292].as_chunks::<292>().0);
     let m4 = _mm512_set1_epi8(0x0f);
     // Scale index per i16 lane, for the sub-block pairs (0, 2), (1, 3), (4, 6), (5, 7).
     let pick = [
@@ -85,42 +150,46 @@ pub unsafe fn rows8_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> 
         splat_pair(5, 7),
     ];
     let dup = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for (i, y) in a[..nb * 292].as_chunks::<292>().0.iter().enumerate() {
+    let (mut acc, mut acc_min) = ([_mm256_setzero_ps(); V], [_mm256_setzero_ps(); V]);
+    for i in 0..nb {
         prefetch_rows(&w, i, 144);
-        let ys = [
-            join(at(y, 4), at(y, 68)),
-            join(at(y, 36), at(y, 100)),
-            join(at(y, 132), at(y, 196)),
-            join(at(y, 164), at(y, 228)),
-        ];
-        let bsums = load256(at(y, 260));
-        let (mut isum, mut msum, mut dd) = (
-            [_mm256_setzero_si256(); 8],
-            [_mm256_setzero_si256(); 8],
-            [0u32; 8],
-        );
+        let ys = acts.map(|v| {
+            let y = &v[i];
+            [
+                join(at(y, 4), at(y, 68)),
+                join(at(y, 36), at(y, 100)),
+                join(at(y, 132), at(y, 196)),
+                join(at(y, 164), at(y, 228)),
+            ]
+        });
+        let bsums = acts.map(|v| load256(at(&v[i], 260)));
+        let mut isum = [[_mm256_setzero_si256(); 8]; V];
+        let mut msum = [[_mm256_setzero_si256(); 8]; V];
+        let mut dd = [0u32; 8];
         for r in 0..8 {
             let x = &rows[r][i];
             let (sc, mn) = unpack_scales(at(x, 4));
             let s16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(sc) as i64));
             let s16 = _mm512_castsi128_si512(s16);
-            let mut sum = _mm512_setzero_si512();
-            for h in 0..2 {
-                let q = load512(at(x, 16 + 64 * h));
-                let codes = [
-                    _mm512_and_si512(q, m4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4),
-                ];
-                for (k, c) in codes.into_iter().enumerate() {
-                    let p = _mm512_maddubs_epi16(c, ys[2 * h + k]);
-                    let s = _mm512_permutexvar_epi16(pick[2 * h + k], s16);
-                    sum = _mm512_dpwssd_epi32(sum, p, s);
-                }
-            }
-            isum[r] = fold(sum);
+            let scales = pick.map(|p| _mm512_permutexvar_epi16(p, s16));
+            let q = [load512(at(x, 16)), load512(at(x, 80))];
+            let codes = [
+                _mm512_and_si512(q[0], m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(q[0]), m4),
+                _mm512_and_si512(q[1], m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(q[1]), m4),
+            ];
             let m8 = _mm_shuffle_epi8(_mm_cvtsi64_si128(u64::from_le_bytes(mn) as i64), dup);
-            msum[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m8), bsums);
+            let m16 = _mm256_cvtepu8_epi16(m8);
+            for v in 0..V {
+                let mut sum = _mm512_setzero_si512();
+                for k in 0..4 {
+                    let p = _mm512_maddubs_epi16(codes[k], ys[v][k]);
+                    sum = _mm512_dpwssd_epi32(sum, p, scales[k]);
+                }
+                isum[v][r] = fold(sum);
+                msum[v][r] = _mm256_madd_epi16(m16, bsums[v]);
+            }
             dd[r] = u32::from_le_bytes(*at::<4>(x, 0));
         }
         // d and dmin of the eight rows, widened together: lanes 2r and 2r + 1 (inserted
@@ -128,36 +197,52 @@ pub unsafe fn rows8_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> 
         let dd = dd.map(|v| v as i32);
         let halves = _mm256_setr_epi32(dd[0], dd[1], dd[2], dd[3], dd[4], dd[5], dd[6], dd[7]);
         let both = _mm512_cvtph_ps(halves);
-        let yd = _mm256_set1_ps(f32::from_le_bytes(*at::<4>(y, 0)));
         let even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
         let odd = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
         let d = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, both));
         let dmin = _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, both));
-        let (d, dmin) = (_mm256_mul_ps(d, yd), _mm256_mul_ps(dmin, yd));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(isum)), d, acc);
-        acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(msum)), dmin, acc_min);
+        for v in 0..V {
+            let yd = _mm256_set1_ps(f32::from_le_bytes(*at::<4>(&acts[v][i], 0)));
+            let (d, dmin) = (_mm256_mul_ps(d, yd), _mm256_mul_ps(dmin, yd));
+            acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(isum[v])), d, acc[v]);
+            let m = _mm256_cvtepi32_ps(sum_lanes8(msum[v]));
+            acc_min[v] = _mm256_fmadd_ps(m, dmin, acc_min[v]);
+        }
     }
-    let mut out = [0f32; 8];
-    // SAFETY: `out` is 8 writable f32; `storeu` needs no alignment.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
+    let mut out = [[0f32; 8]; V];
+    for v in 0..V {
+        // SAFETY: `out[v]` is 8 writable f32; `storeu` needs no alignment.
+        unsafe { _mm256_storeu_ps(out[v].as_mut_ptr(), _mm256_sub_ps(acc[v], acc_min[v])) };
+    }
     out
 }
 
 /// Q6_K weights · Q8_K activations for eight rows, bit-identical to [`super::rows8_q6_k_q8_k`].
-///
-/// Register `k` holds codes `64k..64k + 64` (code vectors `2k` and `2k + 1` of the 256-bit
-/// kernel, one per half): low (`k` even) or high nibbles of `ql[64⌊k/2⌋..]`, with the two
-/// high bits of each rotated into bits 4–5 from the `qh` bytes (bit pairs 0, 1 / 2, 3 for
-/// even `k`, 4, 5 / 6, 7 for odd `k`, per half). The i16 products of code vector `v` take
-/// scales `2v` and `2v + 1`, which fill the register's quarters in order.
 ///
 /// # Safety
 /// CPU must support avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni; slice lengths as
 /// checked by the caller.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows8_q6_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    let nb = w.iter().fold(a.len() / 292, |m, r| m.min(r.len() / 210));
+    rows8_q6_k::<1>(w, [a])[0]
+}
+
+/// Q6_K weights · `V` Q8_K vectors for eight rows.
+///
+/// Register `k` holds codes `64k..64k + 64` (code vectors `2k` and `2k + 1` of the 256-bit
+/// kernel, one per half): low (`k` even) or high nibbles of `ql[64⌊k/2⌋..]`, with the two
+/// high bits of each rotated into bits 4–5 from the `qh` bytes (bit pairs 0, 1 / 2, 3 for
+/// even `k`, 4, 5 / 6, 7 for odd `k`, per half). The i16 products of code vector `v` take
+/// scales `2v` and `2v + 1`, which fill the register's quarters in order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn rows8_q6_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
+    let nb = a.iter().fold(
+        w.iter().fold(usize::MAX, |m, r| m.min(r.len() / 210)),
+        |m, v| m.min(v.len() / 292),
+    );
     let rows = w.map(|r| r[..nb * 210].as_chunks::<210>().0);
+    let acts = a.map(|v| v[..nb * 292].as_chunks::<292>().0);
     let (m4, m30) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x30));
     // Left rotations (per 32-bit lane) taking each qh bit pair to bits 4–5 of its byte.
     let rot = [
@@ -165,17 +250,18 @@ pub unsafe fn rows8_q6_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> 
         _mm512_inserti64x4::<1>(_mm512_set1_epi32(0), _mm256_set1_epi32(30)),
     ];
     let pick = [splat_quad(0), splat_quad(4), splat_quad(8), splat_quad(12)];
-    let mut acc = [_mm256_setzero_ps(); 8];
-    for (i, y) in a[..nb * 292].as_chunks::<292>().0.iter().enumerate() {
+    let mut acc = [[_mm256_setzero_ps(); 8]; V];
+    for i in 0..nb {
         prefetch_rows(&w, i, 210);
-        let ys: [__m512i; 4] = std::array::from_fn(|k| load512(at(y, 4 + 64 * k)));
-        let bsums = load256(at(y, 260));
-        let yd = f32::from_le_bytes(*at::<4>(y, 0));
-        for (r, acc) in acc.iter_mut().enumerate() {
+        let ys: [[__m512i; 4]; V] =
+            acts.map(|v| std::array::from_fn(|k| load512(at(&v[i], 4 + 64 * k))));
+        let bsums = acts.map(|v| load256(at(&v[i], 260)));
+        let yd = acts.map(|v| f32::from_le_bytes(*at::<4>(&v[i], 0)));
+        for r in 0..8 {
             let x = &rows[r][i];
             let sc16 = _mm256_cvtepi8_epi16(load128(at(x, 192)));
             let s16 = _mm512_castsi256_si512(sc16);
-            let mut sum = _mm512_setzero_si512();
+            let mut codes = [_mm512_setzero_si512(); 4];
             for h in 0..2 {
                 let l = load512(at(x, 64 * h));
                 let qh = _mm512_broadcast_i64x4(load256(at(x, 128 + 32 * h)));
@@ -186,17 +272,23 @@ pub unsafe fn rows8_q6_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> 
                 for (j, n) in nib.into_iter().enumerate() {
                     let top = _mm512_rolv_epi32(qh, rot[j]);
                     // n | (top & 0x30)
-                    let codes = _mm512_ternarylogic_epi32::<0xf8>(n, top, m30);
-                    let k = 2 * h + j;
-                    let p = _mm512_maddubs_epi16(codes, ys[k]);
-                    sum = _mm512_dpwssd_epi32(sum, p, _mm512_permutexvar_epi16(pick[k], s16));
+                    codes[2 * h + j] = _mm512_ternarylogic_epi32::<0xf8>(n, top, m30);
                 }
             }
-            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
-            let lanes = _mm256_sub_epi32(fold(sum), offset);
-            let d = _mm256_set1_ps(yd * f16_to_f32(le16(x, 208)));
-            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+            let scales = pick.map(|p| _mm512_permutexvar_epi16(p, s16));
+            let dx = f16_to_f32(le16(x, 208));
+            for v in 0..V {
+                let mut sum = _mm512_setzero_si512();
+                for k in 0..4 {
+                    let p = _mm512_maddubs_epi16(codes[k], ys[v][k]);
+                    sum = _mm512_dpwssd_epi32(sum, p, scales[k]);
+                }
+                let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums[v], sc16));
+                let lanes = _mm256_sub_epi32(fold(sum), offset);
+                let d = _mm256_set1_ps(yd[v] * dx);
+                acc[v][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[v][r]);
+            }
         }
     }
-    acc.map(|v| hsum_ps(v))
+    acc.map(|rows| rows.map(|v| hsum_ps(v)))
 }
