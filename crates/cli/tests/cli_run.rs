@@ -183,7 +183,8 @@ fn lookup_gives_the_same_text_and_reports_drafts() {
     assert_eq!(o.status.code(), Some(2), "out of range is a usage error");
 }
 
-/// `statelm bench --lookup N` times prompt lookup against plain decoding and checks the text.
+/// `statelm bench --lookup N` times prompt lookup against plain decoding on each workload and
+/// checks the text; `--verify` times verification batches.
 #[test]
 fn bench_lookup_reports_the_ratio_and_the_same_text() {
     let Some(model) = gemma() else { return };
@@ -201,14 +202,29 @@ fn bench_lookup_reports_the_ratio_and_the_same_text() {
             "--no-roofline",
             "--lookup",
             "2",
+            "--verify",
+            "1,3",
             "--json",
         ],
         "",
     );
     assert!(o.status.success(), "{}", text(&o).1);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
-    let l = &v["lookup"];
-    assert_eq!(l["same_text"], true, "{l}");
-    assert!(l["ratio"].as_f64().is_some_and(f64::is_finite), "{l}");
-    assert!(l["accepted"].as_u64() <= l["drafted"].as_u64(), "{l}");
+    let rows = v["lookup"].as_array().expect("one row per workload");
+    let names: Vec<_> = rows
+        .iter()
+        .map(|l| l["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["code edit", "prose"]);
+    for l in rows {
+        assert_eq!(l["same_text"], true, "{l}");
+        assert!(l["ratio"].as_f64().is_some_and(f64::is_finite), "{l}");
+        assert!(l["accepted"].as_u64() <= l["drafted"].as_u64(), "{l}");
+    }
+    let verify = v["verify"].as_array().expect("verification timings");
+    assert_eq!(verify.len(), 2, "{verify:?}");
+    assert_eq!(verify[1]["tokens"], 3);
+    assert!(verify[1]["ms"]["median"]
+        .as_f64()
+        .is_some_and(|ms| ms > 0.0));
 }

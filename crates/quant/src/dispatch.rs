@@ -335,6 +335,10 @@ impl Kernels {
             q5_0: Some(n::tile_q5_0_q8_0_dotprod),
             q8_0: Some(n::tile_q8_0_q8_0_dotprod),
         };
+        k.rows8x4 = Rows8x4Table {
+            q4_k: Some(n::rows8x4_q4_k_q8_k_dotprod),
+            q6_k: Some(n::rows8x4_q6_k_q8_k_dotprod),
+        };
         k.rows8 = Rows8Table {
             q4_0: Some(n::rows8_q4_0_q8_0_dotprod),
             q5_0: Some(n::rows8_q5_0_q8_0_dotprod),
@@ -383,6 +387,10 @@ impl Kernels {
             q8_0: None,
             q4_k: Some(avx2::rows8_q4_k_q8_k),
             q6_k: Some(avx2::rows8_q6_k_q8_k),
+        };
+        k.rows8x4 = Rows8x4Table {
+            q4_k: Some(avx2::rows8x4_q4_k_q8_k),
+            q6_k: Some(avx2::rows8x4_q6_k_q8_k),
         };
         k.vec_dot_f32 = avx2::dot_f32;
         k.axpy_f32 = avx2::axpy_f32;

@@ -40,7 +40,7 @@ pub struct BenchArgs {
     #[arg(long)]
     no_roofline: bool,
     /// Also time prompt-lookup decoding with up to N drafts against plain decoding on a code
-    /// edit (interleaved rounds; the text must be the same).
+    /// edit and on prose (interleaved rounds; the text must be the same).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     lookup: Option<u16>,
     /// Also time one speculative verification of each of these batch sizes (all logits, after a
@@ -304,14 +304,15 @@ fn print_report(r: &serde_json::Value) {
             );
         }
     }
-    if let Some(l) = r["lookup"].as_object() {
+    for l in r["lookup"].as_array().into_iter().flatten() {
         println!(
-            "lookup {:<2} {:>8.1} tok/s vs plain {:.1} ({:.2}x) on a code edit; accepted {} of {} \
+            "lookup {:<2} {:>8.1} tok/s vs plain {:.1} ({:.2}x) on {}; accepted {} of {} \
              drafts; same text: {}",
             l["lookup"],
             f(&l["lookup_tok_s"]),
             f(&l["plain_tok_s"]),
             f(&l["ratio"]),
+            l["workload"].as_str().unwrap_or("?"),
             l["accepted"],
             l["drafted"],
             l["same_text"]

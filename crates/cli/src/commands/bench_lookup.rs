@@ -1,5 +1,6 @@
-//! `statelm bench --lookup N`: prompt-lookup decoding against plain decoding on a code edit —
-//! the same engine path as `run`/`chat`/`serve`, interleaved rounds, the same text checked.
+//! `statelm bench --lookup N`: prompt-lookup decoding against plain decoding on a code edit
+//! (answers that copy their input) and on open-ended prose (where drafts rarely hit) — the same
+//! engine path as `run`/`chat`/`serve`, interleaved rounds, the same text checked.
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -21,13 +22,25 @@ total += price * qty\n        return total\n\n    def summary(self):\n        li
 [f\"{name}: {qty} x {price}\" for name, price, qty in self.items]\n        \
 lines.append(f\"total: {self.get_total()}\")\n        return \"\\n\".join(lines)\n```";
 
-/// One greedy answer to the edit with `lookup`: its tokens, decode tok/s, drafted, accepted.
-async fn answer(model: &Arc<Model>, lookup: usize, max_tokens: usize) -> Result<(Vec<u32>, Value)> {
+/// Open-ended prose: little to copy from the prompt.
+const PROSE: &str =
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.";
+
+/// The workloads, by name.
+const WORKLOADS: [(&str, &str); 2] = [("code edit", EDIT), ("prose", PROSE)];
+
+/// One greedy answer to `prompt` with `lookup`: its tokens, decode tok/s, drafted, accepted.
+async fn answer(
+    model: &Arc<Model>,
+    prompt: &str,
+    lookup: usize,
+    max_tokens: usize,
+) -> Result<(Vec<u32>, Value)> {
     let engine = Engine::start(model.clone(), EngineConfig::default());
     let session = engine.create_session(SessionOptions::default()).await?;
     let mut stream = engine.generate(GenerateRequest {
         session,
-        input: Input::Chat(vec![ChatMessage::new("user", EDIT)]),
+        input: Input::Chat(vec![ChatMessage::new("user", prompt)]),
         sampling: SamplingParams {
             lookup,
             ..SamplingParams::greedy()
@@ -55,7 +68,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// `reps` interleaved rounds of plain and `lookup` decoding of the edit (`max_tokens` each).
+/// `reps` interleaved rounds of plain and `lookup` decoding of each workload (`max_tokens`
+/// each): one row per workload.
 pub(crate) fn measure(
     model: &Arc<Model>,
     lookup: usize,
@@ -64,23 +78,25 @@ pub(crate) fn measure(
 ) -> Result<Value> {
     let rt = crate::common::runtime()?;
     rt.block_on(async {
-        let (mut plain, mut fast, mut last) = (Vec::new(), Vec::new(), json!({}));
-        let mut same = true;
-        for _ in 0..reps.max(1) {
-            let (a, pa) = answer(model, 0, max_tokens).await?;
-            let (b, pb) = answer(model, lookup, max_tokens).await?;
-            same &= a == b;
-            plain.push(pa["tok_s"].as_f64().unwrap_or(f64::NAN));
-            fast.push(pb["tok_s"].as_f64().unwrap_or(f64::NAN));
-            last = pb;
+        let mut rows = Vec::new();
+        for (name, prompt) in WORKLOADS {
+            let (mut plain, mut fast, mut last) = (Vec::new(), Vec::new(), json!({}));
+            let mut same = true;
+            for _ in 0..reps.max(1) {
+                let (a, pa) = answer(model, prompt, 0, max_tokens).await?;
+                let (b, pb) = answer(model, prompt, lookup, max_tokens).await?;
+                same &= a == b;
+                plain.push(pa["tok_s"].as_f64().unwrap_or(f64::NAN));
+                fast.push(pb["tok_s"].as_f64().unwrap_or(f64::NAN));
+                last = pb;
+            }
+            let (p, f) = (median(plain), median(fast));
+            rows.push(json!({"lookup": lookup, "workload": name, "plain_tok_s": p,
+                             "lookup_tok_s": f, "ratio": f / p, "drafted": last["drafted"],
+                             "accepted": last["accepted"], "generated": last["generated"],
+                             "same_text": same}));
         }
-        let (p, f) = (median(plain), median(fast));
-        Ok(
-            json!({"lookup": lookup, "workload": "code edit (chat)", "plain_tok_s": p,
-                  "lookup_tok_s": f, "ratio": f / p, "drafted": last["drafted"],
-                  "accepted": last["accepted"], "generated": last["generated"],
-                  "same_text": same}),
-        )
+        Ok(Value::Array(rows))
     })
 }
 

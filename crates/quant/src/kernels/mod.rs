@@ -12,6 +12,37 @@
 //! f32 dot and softmax), both versions follow it lane by lane, so statelm can
 //! reproduce its logits bit for bit.
 
+/// The body of a [`Rows8x4Fn`]: calls `$call` (a kernel generic over its vector count, the
+/// vectors bound to `$v` as an array) for the 1..=4 vectors of `$a` (more are cut), its results
+/// first in the output.
+#[allow(unused_macros)] // the SIMD kernels' helper
+macro_rules! by_vectors {
+    ($a:expr, |$v:ident| $call:expr) => {{
+        let a: &[&[u8]] = $a;
+        let mut out = [[0f32; 8]; 4];
+        match *a {
+            [] => {}
+            [x] => {
+                let $v = [x];
+                out[..1].copy_from_slice(&$call);
+            }
+            [x, y] => {
+                let $v = [x, y];
+                out[..2].copy_from_slice(&$call);
+            }
+            [x, y, z] => {
+                let $v = [x, y, z];
+                out[..3].copy_from_slice(&$call);
+            }
+            [x, y, z, u, ..] => {
+                let $v = [x, y, z, u];
+                out = $call;
+            }
+        }
+        out
+    }};
+}
+
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]

@@ -18,32 +18,6 @@ use crate::formats::q4_k::unpack_scales;
 use crate::kernels::rows8_prefetch_offset;
 use std::arch::x86_64::*;
 
-/// The integer sums of one Q4_K super-block `x` against the Q8_K block `y`: `Σ_j sc_j Σ q y`
-/// and `Σ_j m_j (bsum_{2j} + bsum_{2j+1})`, each as eight i32 lanes to be summed, and the
-/// block's `[d, dmin]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q4_k_sums(x: &[u8; 144], y: &[u8; 292], bsums: __m256i) -> (__m256i, __m256i, [f32; 2]) {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let (sc, mn) = unpack_scales(at(x, 4));
-    let s16 = super::kquants::scales_i16(&sc);
-    let mut isum = _mm256_setzero_si256();
-    for c in 0..4 {
-        let q = load256(at(x, 16 + 32 * c));
-        let codes = [
-            _mm256_and_si256(q, m4),
-            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-        ];
-        isum = _mm256_add_epi32(isum, super::kquants::affine_chunk(y, s16, codes, c));
-    }
-    // Each min twice, as i16, against the sixteen bsums: lane j = m_j (bsum_2j + bsum_2j+1).
-    let dup = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    let m8 = _mm_shuffle_epi8(_mm_set_epi64x(0, u64::from_le_bytes(mn) as i64), dup);
-    let msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m8), bsums);
-    let d = [f16_to_f32(le16(x, 0)), f16_to_f32(le16(x, 2))];
-    (isum, msum, d)
-}
-
 /// Prefetches, for each of the eight rows, the super-block (of `bytes` bytes) that the walk
 /// reaches [`super::PREFETCH_DISTANCE`] bytes after block `i` (see
 /// [`crate::kernels::rows8_prefetch_offset`]).
@@ -64,25 +38,7 @@ pub(super) fn prefetch_rows(w: &[&[u8]; 8], i: usize, bytes: usize) {
 /// CPU must support avx2+fma+f16c; slice lengths as checked by the caller.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows8_q4_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    let nb = w.iter().fold(a.len() / 292, |m, r| m.min(r.len() / 144));
-    let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for i in 0..nb {
-        prefetch_rows(&w, i, 144);
-        let y: &[u8; 292] = at(a, 292 * i);
-        let bsums = load256(at(y, 260));
-        let sums: [_; 8] = std::array::from_fn(|r| q4_k_sums(at(w[r], 144 * i), y, bsums));
-        let yd = _mm256_set1_ps(f32::from_le_bytes(*at::<4>(y, 0)));
-        let d = _mm256_mul_ps(super::load_ps(&sums.map(|s| s.2[0])), yd);
-        let dmin = _mm256_mul_ps(super::load_ps(&sums.map(|s| s.2[1])), yd);
-        let isum = _mm256_cvtepi32_ps(sum_lanes8(sums.map(|s| s.0)));
-        let msum = _mm256_cvtepi32_ps(sum_lanes8(sums.map(|s| s.1)));
-        acc = _mm256_fmadd_ps(isum, d, acc);
-        acc_min = _mm256_fmadd_ps(msum, dmin, acc_min);
-    }
-    let mut out = [0f32; 8];
-    // SAFETY: `out` is 8 writable f32; `storeu` needs no alignment.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, acc_min)) };
-    out
+    rows8_q4_k::<1>(w, [a])[0]
 }
 
 /// Q6_K weights · Q8_K activations for eight rows: per row its single dot's eight f32 lanes
@@ -92,20 +48,118 @@ pub unsafe fn rows8_q4_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
 /// CPU must support avx2+fma+f16c; slice lengths as checked by the caller.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows8_q6_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    let nb = w.iter().fold(a.len() / 292, |m, r| m.min(r.len() / 210));
-    let mut acc = [_mm256_setzero_ps(); 8];
+    rows8_q6_k::<1>(w, [a])[0]
+}
+
+/// Q4_K weights: eight rows · 1..=4 Q8_K vectors (`out[v][row]`; bit-identical to single
+/// dots): each row's super-block is decoded once for every vector.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c; slice lengths as checked by the caller.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows8x4_q4_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4] {
+    by_vectors!(a, |v| rows8_q4_k(w, v))
+}
+
+/// Q6_K weights: eight rows · 1..=4 Q8_K vectors (`out[v][row]`; bit-identical to single
+/// dots): each row's super-block is decoded once for every vector.
+///
+/// # Safety
+/// CPU must support avx2+fma+f16c; slice lengths as checked by the caller.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows8x4_q6_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4] {
+    by_vectors!(a, |v| rows8_q6_k(w, v))
+}
+
+/// The whole super-blocks (`WB` bytes) of eight rows and `V` Q8_K vectors.
+fn super_blocks(w: &[&[u8]; 8], a: &[&[u8]], wb: usize) -> usize {
+    a.iter().fold(
+        w.iter().fold(usize::MAX, |m, r| m.min(r.len() / wb)),
+        |m, v| m.min(v.len() / 292),
+    )
+}
+
+/// Q4_K weights · `V` Q8_K vectors for eight rows: per row the codes are unpacked once, then
+/// for each vector `Σ_j sc_j Σ q y` and `Σ_j m_j (bsum_{2j} + bsum_{2j+1})` (exact i32 lanes);
+/// the f32 steps run on the eight rows at once.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows8_q4_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
+    let nb = super_blocks(&w, &a, 144);
+    let m4 = _mm256_set1_epi8(0x0f);
+    // Each min twice, as i16, against the sixteen bsums: lane j = m_j (bsum_2j + bsum_2j+1).
+    let dup = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    let (mut acc, mut acc_min) = ([_mm256_setzero_ps(); V], [_mm256_setzero_ps(); V]);
+    for i in 0..nb {
+        prefetch_rows(&w, i, 144);
+        let ys: [&[u8; 292]; V] = a.map(|v| at(v, 292 * i));
+        let bsums = ys.map(|y| load256(at(y, 260)));
+        let mut isum = [[_mm256_setzero_si256(); 8]; V];
+        let mut msum = [[_mm256_setzero_si256(); 8]; V];
+        let mut d = [[0f32; 8]; 2];
+        for r in 0..8 {
+            let x: &[u8; 144] = at(w[r], 144 * i);
+            let (sc, mn) = unpack_scales(at(x, 4));
+            let s16 = super::kquants::scales_i16(&sc);
+            let codes: [[__m256i; 2]; 4] = std::array::from_fn(|c| {
+                let q = load256(at(x, 16 + 32 * c));
+                [
+                    _mm256_and_si256(q, m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+                ]
+            });
+            let m8 = _mm_shuffle_epi8(_mm_set_epi64x(0, u64::from_le_bytes(mn) as i64), dup);
+            let m16 = _mm256_cvtepu8_epi16(m8);
+            for v in 0..V {
+                let mut s = _mm256_setzero_si256();
+                for (c, codes) in codes.into_iter().enumerate() {
+                    s = _mm256_add_epi32(s, super::kquants::affine_chunk(ys[v], s16, codes, c));
+                }
+                isum[v][r] = s;
+                msum[v][r] = _mm256_madd_epi16(m16, bsums[v]);
+            }
+            d[0][r] = f16_to_f32(le16(x, 0));
+            d[1][r] = f16_to_f32(le16(x, 2));
+        }
+        for v in 0..V {
+            let yd = _mm256_set1_ps(f32::from_le_bytes(*at::<4>(ys[v], 0)));
+            let dd = _mm256_mul_ps(super::load_ps(&d[0]), yd);
+            let dmin = _mm256_mul_ps(super::load_ps(&d[1]), yd);
+            acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(isum[v])), dd, acc[v]);
+            let m = _mm256_cvtepi32_ps(sum_lanes8(msum[v]));
+            acc_min[v] = _mm256_fmadd_ps(m, dmin, acc_min[v]);
+        }
+    }
+    let mut out = [[0f32; 8]; V];
+    for v in 0..V {
+        // SAFETY: `out[v]` is 8 writable f32; `storeu` needs no alignment.
+        unsafe { _mm256_storeu_ps(out[v].as_mut_ptr(), _mm256_sub_ps(acc[v], acc_min[v])) };
+    }
+    out
+}
+
+/// Q6_K weights · `V` Q8_K vectors for eight rows: per row its codes unpacked once, then per
+/// vector the single dot's eight f32 lanes and final [`hsum_ps`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows8_q6_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
+    let nb = super_blocks(&w, &a, 210);
+    let mut acc = [[_mm256_setzero_ps(); 8]; V];
     for i in 0..nb {
         prefetch_rows(&w, i, 210);
-        let y: &[u8; 292] = at(a, 292 * i);
-        let yd = f32::from_le_bytes(*at::<4>(y, 0));
-        for (r, acc) in acc.iter_mut().enumerate() {
+        let ys: [&[u8; 292]; V] = a.map(|v| at(v, 292 * i));
+        let yd = ys.map(|y| f32::from_le_bytes(*at::<4>(y, 0)));
+        for r in 0..8 {
             let x: &[u8; 210] = at(w[r], 210 * i);
             let sc: [i8; 16] = at::<16>(x, 192).map(|b| b as i8);
             let q = super::kquants::q6_k_codes(x);
-            let d = _mm256_set1_ps(yd * f16_to_f32(le16(x, 208)));
-            let lanes = _mm256_cvtepi32_ps(super::kquants::q6_k_lanes(y, &q, &sc));
-            *acc = _mm256_fmadd_ps(d, lanes, *acc);
+            let dx = f16_to_f32(le16(x, 208));
+            for v in 0..V {
+                let d = _mm256_set1_ps(yd[v] * dx);
+                let lanes = _mm256_cvtepi32_ps(super::kquants::q6_k_lanes(ys[v], &q, &sc));
+                acc[v][r] = _mm256_fmadd_ps(d, lanes, acc[v][r]);
+            }
         }
     }
-    acc.map(|v| hsum_ps(v))
+    acc.map(|rows| rows.map(|v| hsum_ps(v)))
 }

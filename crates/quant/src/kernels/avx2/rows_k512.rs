@@ -81,13 +81,7 @@ pub unsafe fn rows8_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[u8]) -> 
 /// checked by the caller; `a` holds 1..=4 vectors.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows8x4_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4] {
-    by_vectors(
-        a,
-        |v| rows8_q4_k::<1>(w, v),
-        |v| rows8_q4_k::<2>(w, v),
-        |v| rows8_q4_k::<3>(w, v),
-        |v| rows8_q4_k::<4>(w, v),
-    )
+    by_vectors!(a, |v| rows8_q4_k(w, v))
 }
 
 /// Q6_K weights: eight rows · 1..=4 Q8_K vectors (`out[v][row]`; bit-identical to single
@@ -98,33 +92,7 @@ pub unsafe fn rows8x4_q4_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[&[u8]]
 /// checked by the caller; `a` holds 1..=4 vectors.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows8x4_q6_k_q8_k_avx512vnni(_n: usize, w: [&[u8]; 8], a: &[&[u8]]) -> [[f32; 8]; 4] {
-    by_vectors(
-        a,
-        |v| rows8_q6_k::<1>(w, v),
-        |v| rows8_q6_k::<2>(w, v),
-        |v| rows8_q6_k::<3>(w, v),
-        |v| rows8_q6_k::<4>(w, v),
-    )
-}
-
-/// Calls the kernel for `a.len()` (1..=4, more are cut) vectors, its results first in the output.
-#[inline(always)]
-fn by_vectors<'a>(
-    a: &[&'a [u8]],
-    one: impl FnOnce([&'a [u8]; 1]) -> [[f32; 8]; 1],
-    two: impl FnOnce([&'a [u8]; 2]) -> [[f32; 8]; 2],
-    three: impl FnOnce([&'a [u8]; 3]) -> [[f32; 8]; 3],
-    four: impl FnOnce([&'a [u8]; 4]) -> [[f32; 8]; 4],
-) -> [[f32; 8]; 4] {
-    let mut out = [[0f32; 8]; 4];
-    match *a {
-        [] => {}
-        [x] => out[..1].copy_from_slice(&one([x])),
-        [x, y] => out[..2].copy_from_slice(&two([x, y])),
-        [x, y, z] => out[..3].copy_from_slice(&three([x, y, z])),
-        [x, y, z, u, ..] => out = four([x, y, z, u]),
-    }
-    out
+    by_vectors!(a, |v| rows8_q6_k(w, v))
 }
 
 /// Q4_K weights · `V` Q8_K vectors for eight rows.

@@ -13,7 +13,7 @@ use crate::kernels::{at, blocks, q8k_bsums, q8k_d};
 use std::arch::aarch64::*;
 
 /// 32 bytes of nibbles: low nibbles (one sub-block), then high nibbles (the next).
-type Codes = [[int8x16_t; 2]; 2];
+pub(super) type Codes = [[int8x16_t; 2]; 2];
 
 /// `Σ_l q_l y_l` over 32 codes of one sub-block against activations at `y[off..off + 32]`.
 #[inline]

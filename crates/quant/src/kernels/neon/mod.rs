@@ -62,7 +62,10 @@ pub use legacy::{
     tile_q5_0_q8_0_dotprod, tile_q8_0_q8_0, tile_q8_0_q8_0_dotprod,
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
-pub use rows_k::{rows8_q4_k_q8_k_dotprod, rows8_q6_k_q8_k_dotprod};
+pub use rows_k::{
+    rows8_q4_k_q8_k_dotprod, rows8_q6_k_q8_k_dotprod, rows8x4_q4_k_q8_k_dotprod,
+    rows8x4_q6_k_q8_k_dotprod,
+};
 pub use vector::{axpy_f32, dot_f32, f16_to_f32, silu_mul_f32, softmax_f32};
 
 /// 16 bytes as signed bytes.
