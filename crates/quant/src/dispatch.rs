@@ -208,6 +208,10 @@ impl Kernels {
                     i8_tile: crate::kernels::avx2::tile_i8_avxvnni,
                     i8_fast_offset: 128,
                     k_tile: (crate::kernels::avx2::tile_i8_k_avxvnni, true),
+                    pairs: PairTable {
+                        q5_0: Some(crate::kernels::avx2::pairs_q5_0_avxvnni),
+                        q8_0: Some(crate::kernels::avx2::pairs_q8_0_avxvnni),
+                    },
                     ..avx2
                 });
             }

@@ -49,7 +49,9 @@ pub use legacy::{
     dot4_q4_0_q8_0, dot4_q5_0_q8_0, dot4_q8_0_q8_0, dot_q4_0_q8_0, dot_q4_1_q8_1, dot_q5_0_q8_0,
     dot_q5_1_q8_1, dot_q8_0_q8_0, tile_q4_0_q8_0, tile_q5_0_q8_0, tile_q8_0_q8_0,
 };
-pub use pairs_vnni::{pairs_q5_0_avx512vnni, pairs_q8_0_avx512vnni};
+pub use pairs_vnni::{
+    pairs_q5_0_avx512vnni, pairs_q5_0_avxvnni, pairs_q8_0_avx512vnni, pairs_q8_0_avxvnni,
+};
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
 pub use rows_k::{rows8_q4_k_q8_k, rows8_q6_k_q8_k, rows8x4_q4_k_q8_k, rows8x4_q6_k_q8_k};
