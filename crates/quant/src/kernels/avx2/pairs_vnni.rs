@@ -156,7 +156,7 @@ fn pair_tile256<const WB: usize, const P: usize>(
             let dx = _mm256_broadcastss_ps(half_lane0(at(x, 0)));
             let u = decode(x);
             for p in 0..P {
-                for h in 0..2 {
+                for (h, acc) in acc[p].iter_mut().enumerate() {
                     // SAFETY: each field holds two halves of 32 bytes; `loadu` needs no
                     // alignment.
                     let (start, q, d) = unsafe {
@@ -168,7 +168,7 @@ fn pair_tile256<const WB: usize, const P: usize>(
                     };
                     let i = _mm256_dpbusd_avx_epi32(start, u, q);
                     let d = _mm256_mul_ps(dx, d);
-                    acc[p][h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i), acc[p][h]);
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i), *acc);
                 }
             }
         }
