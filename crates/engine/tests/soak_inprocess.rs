@@ -1,5 +1,5 @@
 //! In-process fallback of the soak test (`scripts/soak`), for machines without a writable memory
-//! cgroup: the same load loop (the driver `examples/soak.rs`, included here as a module), on
+//! cgroup: the same load loop (the driver's `examples/soak/load.rs`, included here as a module), on
 //! Gemma, with a small memory ceiling and memory warnings injected between turns instead of the
 //! kernel's pressure events. Checks that no turn fails or is cut short, that every session stays
 //! within its token budget and the resident States within the ceiling, and that trims, spills
@@ -7,7 +7,7 @@
 
 mod common;
 
-#[path = "../examples/soak.rs"]
+#[path = "../examples/soak/load.rs"]
 #[allow(dead_code)]
 mod soak;
 
