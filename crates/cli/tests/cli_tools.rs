@@ -263,3 +263,40 @@ fn perplexity_of_a_small_file() {
     let (out, _) = text(&o);
     assert!(out.starts_with("perplexity "), "{out}");
 }
+
+/// `statelm perplexity` and the quantizer's check are one routine: the command's figure on a
+/// file equals the library's `quantize::perplexity` on its text (same window, f32 cache).
+#[test]
+fn the_command_and_the_quantizer_check_agree() {
+    let Some(model) = gemma() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = "A lighthouse keeper logs the wind, the sea and every ship. ".repeat(12);
+    let f = write(dir.path(), "log.txt", text.as_bytes());
+    let o = run(
+        &[
+            "perplexity",
+            "-m",
+            &model,
+            "-f",
+            f.to_str().unwrap(),
+            "--ctx",
+            "48",
+            "--kv-type",
+            "f32",
+            "--json",
+        ],
+        "",
+    );
+    let v = json_of(&o);
+    let m = statelm_model::Model::load(&model, &Default::default()).unwrap();
+    let lib = statelm_model::quantize::perplexity(&m, &text, 48).unwrap();
+    // Equal up to the JSON round trip of an f64 (serde_json's parser may miss the last bit).
+    let cli = v["perplexity"].as_f64().unwrap();
+    assert!(
+        (cli - lib.ppl).abs() <= 1e-12 * lib.ppl,
+        "{v} vs {}",
+        lib.ppl
+    );
+    assert_eq!(v["scored_tokens"].as_u64().unwrap(), lib.scored as u64);
+    assert_eq!(v["windows"].as_u64().unwrap(), lib.windows as u64);
+}

@@ -18,7 +18,9 @@ mod perplexity;
 mod recipe;
 
 pub use exec::Progress;
-pub use perplexity::{perplexity, Perplexity, SAMPLE_TEXT};
+pub use perplexity::{
+    perplexity, perplexity_of_tokens, Perplexity, PerplexityOptions, SAMPLE_TEXT,
+};
 pub use recipe::{choose_types, use_more_bits, QuantTarget, Reason, TensorChoice};
 
 use crate::ModelError;

@@ -1,5 +1,8 @@
-//! Teacher-forced perplexity over fixed windows: the yardstick for what a requantization costs.
+//! Teacher-forced perplexity over fixed windows, as llama.cpp's `perplexity` tool computes it:
+//! the yardstick for what a requantization costs, and the `statelm perplexity` command (one
+//! routine for both, so they agree).
 
+use crate::ops::log_sum_exp;
 use crate::{ForwardOptions, KvType, LogitsMode, Model, ModelError, StateOptions};
 
 /// A short built-in English sample (plain prose, about 600 tokens) for quick perplexity checks.
@@ -52,68 +55,115 @@ pub struct Perplexity {
     pub scored: usize,
     /// Windows evaluated.
     pub windows: usize,
+    /// Tokens per window (the window size, or the whole text when it is shorter).
+    pub window: usize,
 }
 
-/// Perplexity of `model` on `text`: the text is tokenized and cut into windows of `window`
-/// tokens (each starting with BOS when the model adds one); each window is run teacher-forced
-/// in a fresh f32-cache state and its second half is scored (every scored token sees at least
-/// `window / 2` tokens of context), as llama.cpp's `perplexity` does.
-pub fn perplexity(model: &Model, text: &str, window: usize) -> Result<Perplexity, ModelError> {
-    let tok = model.tokenizer();
-    let with = tok.encode(text, true, false)?;
-    let without = tok.encode(text, false, false)?;
-    let prefix: Vec<u32> = with[..with.len().saturating_sub(without.len())].to_vec();
-    let body = window.saturating_sub(prefix.len()).max(2);
-    let (mut nll, mut scored, mut windows) = (0.0f64, 0usize, 0usize);
-    for chunk in without.chunks(body) {
-        if chunk.len() < body / 2 && windows > 0 {
-            break; // a short tail would be scored with too little context
+/// How [`perplexity_of_tokens`] windows and runs the text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerplexityOptions {
+    /// Tokens per window.
+    pub window: usize,
+    /// Score at most this many windows.
+    pub max_windows: Option<usize>,
+    /// The KV cache type of each window's State.
+    pub kv_type: KvType,
+}
+
+impl PerplexityOptions {
+    /// Windows of `window` tokens, all of them, an f32 cache.
+    pub fn new(window: usize) -> PerplexityOptions {
+        PerplexityOptions {
+            window,
+            max_windows: None,
+            kv_type: KvType::F32,
         }
-        let mut tokens = prefix.clone();
-        tokens.extend_from_slice(chunk);
-        let (sum, n) = score_window(model, &tokens)?;
+    }
+}
+
+/// Positions whose logits are computed in one forward call (bounds the logits buffer).
+const CHUNK: usize = 32;
+
+/// Perplexity of `model` on `text` (tokenized with BOS) in windows of `window` tokens, f32
+/// cache; see [`perplexity_of_tokens`].
+pub fn perplexity(model: &Model, text: &str, window: usize) -> Result<Perplexity, ModelError> {
+    let tokens = model.tokenizer().encode(text, true, false)?;
+    perplexity_of_tokens(
+        model,
+        &tokens,
+        &PerplexityOptions::new(window),
+        &mut |_, _, _| {},
+    )
+}
+
+/// Perplexity of `model` on `tokens` (the text tokenized with BOS, at least 2 tokens), as
+/// llama.cpp's `perplexity` computes it: the tokens are cut into whole windows of
+/// `opts.window` (a text shorter than one window is one window), each window's first token
+/// replaced by BOS when the model adds one, each run teacher-forced in a fresh State, and only
+/// the second half of each window scored (every scored token sees at least `window / 2`
+/// tokens of context). `progress(windows done, windows, perplexity so far)` is called after
+/// each window.
+pub fn perplexity_of_tokens(
+    model: &Model,
+    tokens: &[u32],
+    opts: &PerplexityOptions,
+    progress: &mut dyn FnMut(usize, usize, f64),
+) -> Result<Perplexity, ModelError> {
+    let tok = model.tokenizer();
+    let n_ctx = opts.window.max(2).min(tokens.len());
+    let mut windows: Vec<&[u32]> = tokens.chunks_exact(n_ctx.max(1)).collect();
+    if let Some(max) = opts.max_windows {
+        windows.truncate(max.max(1));
+    }
+    let (mut nll, mut scored) = (0.0f64, 0usize);
+    for (i, w) in windows.iter().enumerate() {
+        let mut w = w.to_vec();
+        if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
+            w[0] = bos;
+        }
+        let (sum, n) = score_window(model, &w, n_ctx / 2, opts.kv_type)?;
         nll += sum;
         scored += n;
-        windows += 1;
+        progress(i + 1, windows.len(), (nll / scored.max(1) as f64).exp());
     }
     let mean_nll = nll / scored.max(1) as f64;
     Ok(Perplexity {
         ppl: mean_nll.exp(),
         mean_nll,
         scored,
-        windows,
+        windows: windows.len(),
+        window: n_ctx,
     })
 }
 
-/// Sum of `-log p(token[i + 1] | tokens[..=i])` over the second half of the window.
-fn score_window(model: &Model, tokens: &[u32]) -> Result<(f64, usize), ModelError> {
-    let first = tokens.len() / 2;
-    let rows = tokens.len() - 1 - first;
-    if rows == 0 {
-        return Ok((0.0, 0));
-    }
+/// Negative log-likelihood sum and count of one window's positions from `first` on (row `p`
+/// predicts `window[p + 1]`), fed in chunks of [`CHUNK`] tokens.
+fn score_window(
+    model: &Model,
+    window: &[u32],
+    first: usize,
+    kv_type: KvType,
+) -> Result<(f64, usize), ModelError> {
     let mut state = model.new_state_with(StateOptions {
-        capacity: tokens.len(),
-        kv_type: KvType::F32,
+        capacity: window.len(),
+        kv_type,
     })?;
-    let input = &tokens[..tokens.len() - 1];
-    let opts = ForwardOptions {
-        logits: Some(LogitsMode::LastN(rows)),
-        ..Default::default()
-    };
-    let logits = model.forward_with(&mut state, input, opts)?;
-    let mut sum = 0.0f64;
-    for r in 0..rows {
-        let row = logits.row(r);
-        let target = tokens[first + 1 + r] as usize;
-        let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let lse = max as f64
-            + row
-                .iter()
-                .map(|&v| ((v - max) as f64).exp())
-                .sum::<f64>()
-                .ln();
-        sum += lse - row[target] as f64;
+    let (mut nll, mut count, mut pos) = (0.0f64, 0usize, 0usize);
+    for chunk in window.chunks(CHUNK) {
+        let opts = ForwardOptions {
+            logits: Some(LogitsMode::LastN(chunk.len())),
+            ..ForwardOptions::default()
+        };
+        let logits = model.forward_with(&mut state, chunk, opts)?;
+        for r in 0..logits.rows() {
+            let p = pos + r;
+            if p >= first && p + 1 < window.len() {
+                let row = logits.row(r);
+                nll += f64::from(log_sum_exp(row) - row[window[p + 1] as usize]);
+                count += 1;
+            }
+        }
+        pos += chunk.len();
     }
-    Ok((sum, rows))
+    Ok((nll, count))
 }
