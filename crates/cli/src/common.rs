@@ -5,7 +5,7 @@
 use crate::Ctx;
 use anyhow::{Context, Result};
 use statelm_engine::{DoneStats, EngineConfig, EngineHandle, Event, StopReason};
-use statelm_model::{KvType, Model};
+use statelm_model::Model;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,11 +16,6 @@ pub(crate) fn non_negative(s: &str) -> Result<f32, String> {
         Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
         _ => Err(format!("expected a number >= 0, got {s:?}")),
     }
-}
-
-/// Clap value parser for `--kv-type`.
-pub(crate) fn parse_kv(s: &str) -> Result<KvType, String> {
-    KvType::parse(s).ok_or_else(|| format!("unknown KV type {s:?} (f32, f16, q8_0)"))
 }
 
 /// A tokio runtime for a command (the engine computes on its own thread).

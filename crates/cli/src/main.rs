@@ -34,7 +34,7 @@ struct Cli {
     threads: Option<usize>,
     /// How prefill batches sum: `fast` (f32 GEMMs for 32+ tokens) or `llama-cpp` (llama.cpp's
     /// x86 summation order in every batch, for bit-level comparisons; slower prefill).
-    #[arg(long, global = true, env = "STATELM_NUMERICS", value_parser = parse_numerics, default_value = "fast")]
+    #[arg(long, global = true, env = "STATELM_NUMERICS", default_value = "fast")]
     numerics: statelm_model::Numerics,
     #[command(subcommand)]
     command: Command,
@@ -49,29 +49,20 @@ pub struct TierArg {
     pub quant: Option<statelm_model::tier::QuantTier>,
 }
 
-/// Parses `--numerics`.
-fn parse_numerics(s: &str) -> Result<statelm_model::Numerics, String> {
-    match s {
-        "fast" => Ok(statelm_model::Numerics::Fast),
-        "llama-cpp" => Ok(statelm_model::Numerics::LlamaCpp),
-        _ => Err(format!("unknown numerics `{s}` (fast, llama-cpp)")),
-    }
-}
-
 fn parse_tier(s: &str) -> Result<TierArg, String> {
     use statelm_model::tier::{QuantTier, TierPolicy};
-    if let Some(policy) = TierPolicy::parse(s) {
+    if let Ok(policy) = s.parse::<TierPolicy>() {
         return Ok(TierArg {
             policy,
             quant: None,
         });
     }
-    match QuantTier::parse(s) {
-        Some(q) => Ok(TierArg {
+    match s.parse::<QuantTier>() {
+        Ok(q) => Ok(TierArg {
             policy: TierPolicy::Default,
             quant: Some(q),
         }),
-        None => Err(format!("unknown tier {s:?} (default, fit, q8_0, q4)")),
+        Err(_) => Err(format!("unknown tier {s:?} (default, fit, q8_0, q4)")),
     }
 }
 

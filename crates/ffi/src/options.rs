@@ -97,8 +97,8 @@ pub(crate) struct EngineStart {
 
 /// A KV cache type by name.
 fn parse_kv(k: &str) -> Result<KvType, FfiError> {
-    KvType::parse(k)
-        .ok_or_else(|| FfiError::invalid(format!("`kv_type` must be f32, f16 or q8_0, got {k:?}")))
+    k.parse()
+        .map_err(|e| FfiError::invalid(format!("`kv_type`: {e}")))
 }
 
 /// A fraction in (0, 1], or an error naming `what`.

@@ -29,6 +29,7 @@ pub mod files;
 mod forward;
 pub mod kv;
 mod model;
+mod names;
 pub mod ops;
 pub mod plan;
 pub mod quantize;
@@ -47,6 +48,7 @@ pub use kv::KvType;
 pub use model::{
     default_threads, ForwardOptions, LoadOptions, Logits, LogitsMode, Model, Numerics,
 };
+pub use names::UnknownName;
 pub use scratch::Scratch;
 pub use snapshot::SnapshotError;
 pub use state::{RetainMethod, RetainOutcome, State, StateOptions};

@@ -31,7 +31,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 128)]
     decode: usize,
     /// KV cache type.
-    #[arg(long, default_value = "f16", value_parser = crate::common::parse_kv)]
+    #[arg(long, default_value = "f16")]
     kv_type: KvType,
     /// Also time decoding without a State (recompute everything) at contexts 64/256/1024.
     #[arg(long)]

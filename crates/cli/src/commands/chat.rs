@@ -7,8 +7,8 @@
 //! as a dim line on stderr, e.g. `[context trimmed: kept 512 of 2048 tokens]`.
 
 use crate::common::{
-    exit_interrupted, load_model, memory_notice, non_negative, parse_kv, runtime, stats_line,
-    MemoryArgs, Style,
+    exit_interrupted, load_model, memory_notice, non_negative, runtime, stats_line, MemoryArgs,
+    Style,
 };
 use crate::Ctx;
 use anyhow::{Context, Result};
@@ -77,7 +77,7 @@ pub struct ChatArgs {
     #[command(flatten)]
     lookup: crate::commands::repetition::LookupArgs,
     /// KV cache type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    #[arg(long, default_value = "f16")]
     kv_type: KvType,
     /// Memory watching.
     #[command(flatten)]

@@ -1,6 +1,6 @@
 //! `statelm logits`: teacher-forced top-K logits at every position of an input.
 
-use crate::common::{load_model, parse_kv};
+use crate::common::load_model;
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -49,7 +49,7 @@ pub struct LogitsArgs {
     #[arg(long)]
     special: bool,
     /// KV cache type (f32 is the precise reference).
-    #[arg(long, default_value = "f32", value_parser = parse_kv)]
+    #[arg(long, default_value = "f32")]
     kv_type: KvType,
     /// Feed the first N tokens as one batch, then one token per call (llama.cpp's protocol);
     /// rows after the batch's last token and after each decoded one.

@@ -1,6 +1,6 @@
 //! `statelm perplexity`: perplexity of a model on a text file.
 
-use crate::common::{load_model, parse_kv};
+use crate::common::load_model;
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -36,7 +36,7 @@ pub struct PerplexityArgs {
     #[arg(long)]
     max_windows: Option<usize>,
     /// KV cache type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    #[arg(long, default_value = "f16")]
     kv_type: KvType,
     /// Machine-readable output.
     #[arg(long)]

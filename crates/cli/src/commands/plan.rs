@@ -40,12 +40,12 @@ pub struct PlanArgs {
     context: usize,
     /// KV cache type: f16, f32 or q8_0.
     #[arg(long, default_value = "f16")]
-    kv_type: String,
+    kv_type: KvType,
     /// Prefill micro-batch.
     #[arg(long, default_value_t = LoadOptions::default().ubatch)]
     ubatch: usize,
     /// Tier override shown in the tier lines: q8_0 or q4.
-    #[arg(long, value_parser = parse_quant)]
+    #[arg(long)]
     quant: Option<QuantTier>,
     /// Token-budget override shown in the tier lines.
     #[arg(long)]
@@ -58,19 +58,13 @@ pub struct PlanArgs {
     json: bool,
 }
 
-fn parse_quant(s: &str) -> Result<QuantTier, String> {
-    QuantTier::parse(s).ok_or_else(|| format!("unknown tier {s:?} (q8_0 or q4)"))
-}
-
 /// Runs the command.
 pub fn run(args: &PlanArgs, ctx: &Ctx) -> Result<()> {
-    let kv_type = KvType::parse(&args.kv_type)
-        .with_context(|| format!("unknown KV type {:?} (f32, f16, q8_0)", args.kv_type))?;
     if args.context == 0 {
         bail!("--context must be at least 1");
     }
     let mut opts = PlanOptions::new(args.context);
-    opts.kv_type = kv_type;
+    opts.kv_type = args.kv_type;
     opts.ubatch = args.ubatch.max(1);
     if args.table {
         opts.threads = ctx.threads.unwrap_or(4);

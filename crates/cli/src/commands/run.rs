@@ -1,8 +1,8 @@
 //! `statelm run`: generate text from a prompt, streaming tokens to stdout.
 
 use crate::common::{
-    exit_interrupted, load_model, memory_notice, non_negative, parse_kv, runtime, stats_line,
-    stop_name, Style,
+    exit_interrupted, load_model, memory_notice, non_negative, runtime, stats_line, stop_name,
+    Style,
 };
 use crate::Ctx;
 use anyhow::{Context, Result};
@@ -72,7 +72,7 @@ pub struct RunArgs {
     #[arg(long)]
     ctx: Option<usize>,
     /// KV cache type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    #[arg(long, default_value = "f16")]
     kv_type: KvType,
     /// Print one JSON object (text and statistics) at the end instead of streaming.
     #[arg(long)]

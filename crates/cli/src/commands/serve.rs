@@ -1,6 +1,6 @@
 //! `statelm serve`: serve an OpenAI-compatible HTTP API.
 
-use crate::common::{load_model, model_id, parse_kv, runtime, MemoryArgs};
+use crate::common::{load_model, model_id, runtime, MemoryArgs};
 use crate::Ctx;
 use anyhow::{Context, Result};
 use statelm_engine::{Engine, EngineConfig};
@@ -80,7 +80,7 @@ pub struct ServeArgs {
     #[arg(long)]
     name: Option<String>,
     /// KV cache type.
-    #[arg(long, default_value = "f16", value_parser = parse_kv)]
+    #[arg(long, default_value = "f16")]
     kv_type: KvType,
     /// Seconds in-flight requests may run after a shutdown signal.
     #[arg(long, default_value_t = 10)]

@@ -96,7 +96,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--capacity" => a.capacity = num(val()?)? as usize,
             "--kv" => {
                 let v = val()?;
-                a.kv = KvType::parse(&v).ok_or(format!("--kv: unknown type {v:?}"))?;
+                a.kv = v.parse().map_err(|e| format!("--kv: {e}"))?;
             }
             "--governor" => a.governor = choice(val()?, "on", "off")?,
             "--own-thresholds" => a.room_thresholds = choice(val()?, "room", "default")?,

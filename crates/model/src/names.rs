@@ -1,0 +1,89 @@
+//! The names of the model's configuration values — KV cache type, numerics, weight tier and
+//! tier policy — parsed in one place (`FromStr`), for the command line, the C ABI and the
+//! tools alike, with one error that lists what is accepted.
+
+use crate::kv::KvType;
+use crate::tier::{QuantTier, TierPolicy};
+use crate::Numerics;
+use std::str::FromStr;
+
+/// A configuration value's name that is not one of its kind's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {got:?} ({accepted})")]
+pub struct UnknownName {
+    /// The kind of value (`"KV type"`, `"numerics"`, ...).
+    pub what: &'static str,
+    /// The name given.
+    pub got: String,
+    /// The names accepted, for the message.
+    pub accepted: &'static str,
+}
+
+/// `parsed` or the error naming `what` and the `accepted` names.
+fn named<T>(
+    parsed: Option<T>,
+    s: &str,
+    what: &'static str,
+    accepted: &'static str,
+) -> Result<T, UnknownName> {
+    parsed.ok_or_else(|| UnknownName {
+        what,
+        got: s.to_string(),
+        accepted,
+    })
+}
+
+impl FromStr for KvType {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        named(KvType::parse(s), s, "KV type", "f32, f16, q8_0")
+    }
+}
+
+impl FromStr for Numerics {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let n = match s.trim().to_ascii_lowercase().as_str() {
+            "fast" => Some(Numerics::Fast),
+            "llama-cpp" | "llama.cpp" | "llamacpp" => Some(Numerics::LlamaCpp),
+            _ => None,
+        };
+        named(n, s, "numerics", "fast, llama-cpp")
+    }
+}
+
+impl FromStr for QuantTier {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        named(QuantTier::parse(s), s, "tier", "q8_0, q4")
+    }
+}
+
+impl FromStr for TierPolicy {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        named(TierPolicy::parse(s), s, "tier policy", "default, fit")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_and_errors_list_the_accepted_ones() {
+        assert_eq!("q8_0".parse::<KvType>(), Ok(KvType::Q8_0));
+        assert_eq!("F16".parse::<KvType>(), Ok(KvType::F16));
+        assert_eq!("llama-cpp".parse::<Numerics>(), Ok(Numerics::LlamaCpp));
+        assert_eq!("fast".parse::<Numerics>(), Ok(Numerics::Fast));
+        assert_eq!("int4".parse::<QuantTier>(), Ok(QuantTier::Q4));
+        assert_eq!("fit".parse::<TierPolicy>(), Ok(TierPolicy::Fit));
+        let e = "f8".parse::<KvType>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown KV type \"f8\" (f32, f16, q8_0)");
+        let e = "exact".parse::<Numerics>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown numerics \"exact\" (fast, llama-cpp)"
+        );
+    }
+}
