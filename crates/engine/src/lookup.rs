@@ -40,7 +40,7 @@ fn hash(tokens: &[u32]) -> u64 {
 }
 
 impl NgramIndex {
-    /// An empty index of n-grams of 1 to `ngram_max` tokens (at least 1).
+    /// An empty index of n-grams of up to `ngram_max` tokens (at least 1).
     pub fn new(ngram_max: usize) -> NgramIndex {
         let ngram_max = ngram_max.max(1);
         NgramIndex {
@@ -55,6 +55,12 @@ impl NgramIndex {
         self.ngram_max
     }
 
+    /// The shortest n-gram it keys on: [`MIN_NGRAM`], or `ngram_max` when that is smaller
+    /// (shorter n-grams are neither indexed nor looked up).
+    fn ngram_min(&self) -> usize {
+        MIN_NGRAM.min(self.ngram_max)
+    }
+
     /// Brings the index up to `history` (which extends the history it was built on): indexes
     /// every n-gram ending before its last token, so the context's own tail never matches
     /// itself.
@@ -63,7 +69,7 @@ impl NgramIndex {
         while self.covered < upto {
             self.covered += 1;
             let end = self.covered;
-            for n in 1..=self.ngram_max.min(end) {
+            for n in self.ngram_min()..=self.ngram_max.min(end) {
                 self.ends[n - 1].insert(hash(&history[end - n..end]), end);
             }
         }
@@ -85,7 +91,7 @@ impl NgramIndex {
         if max == 0 {
             return Vec::new();
         }
-        for n in (MIN_NGRAM.min(self.ngram_max)..=self.ngram_max.min(len)).rev() {
+        for n in (self.ngram_min()..=self.ngram_max.min(len)).rev() {
             let tail = &history[len - n..];
             let Some(&end) = self.ends[n - 1].get(&hash(tail)) else {
                 continue;

@@ -250,7 +250,7 @@ impl Kernels {
             let r1 = (r0 + chunk).min(rows);
             for (i, v0) in (0..n).step_by(TILE_VECS).enumerate() {
                 let v1 = (v0 + TILE_VECS).min(n);
-                let tile = prepared.get(i).filter(|p| !p.is_empty());
+                let tile = prepared.get(i).map(Vec::as_slice).filter(|p| !p.is_empty());
                 // SAFETY: task t alone writes rows r0..r1 of each output vector,
                 // and y (n * rows long, checked above) outlives pool.run; `tile` holds the
                 // vectors v0..v1 prepared for `fns.pairs`.
@@ -291,7 +291,7 @@ impl TileFns {
         acts: &QuantizedActs,
         rs: std::ops::Range<usize>,
         vs: std::ops::Range<usize>,
-        prepared: Option<&Vec<PairBlock>>,
+        prepared: Option<&[PairBlock]>,
         out: &OutPtr,
     ) {
         let (rows, cols) = (w.rows(), w.cols());
@@ -343,7 +343,12 @@ impl TileFns {
         let rest = tiled..vs.end;
         let mut r = rs.start;
         if let (Some(many), true) = (self.rows8x4, rest.len() >= 2) {
-            let vecs: Vec<&[u8]> = rest.clone().map(|v| acts.vector(v)).collect();
+            // At most TILE_VECS vectors: on the stack, not allocated per chunk.
+            let mut slots: [&[u8]; TILE_VECS] = [&[]; TILE_VECS];
+            for (slot, v) in slots.iter_mut().zip(rest.clone()) {
+                *slot = acts.vector(v);
+            }
+            let vecs = &slots[..rest.len()];
             while r + 8 <= rs.end {
                 let wr = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| w.row(r + i));
                 for (g, group) in vecs.chunks(4).enumerate() {
