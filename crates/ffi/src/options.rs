@@ -112,6 +112,23 @@ fn fraction(v: f64, what: &str) -> Result<f64, FfiError> {
     }
 }
 
+/// The memory policy's fields given in `p`, range-checked.
+fn apply_policy(p: &PolicyJson, policy: &mut statelm_governor::Policy) -> Result<(), FfiError> {
+    if let Some(v) = p.trim_keep_fraction {
+        policy.trim_keep_fraction = fraction(v, "policy.trim_keep_fraction")?;
+    }
+    if let Some(v) = p.warning_factor {
+        policy.warning_factor = fraction(v, "policy.warning_factor")?;
+    }
+    if let Some(v) = p.critical_factor {
+        policy.critical_factor = fraction(v, "policy.critical_factor")?;
+    }
+    if let Some(v) = p.hard_trim_suffix {
+        policy.hard_trim_suffix = v;
+    }
+    Ok(())
+}
+
 /// `statelm_engine_start` configuration (every field optional; see the header).
 pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError> {
     let j: EngineJson = parse(json, "engine config")?;
@@ -179,18 +196,7 @@ pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError>
         }
     }
     if let Some(p) = j.policy {
-        if let Some(v) = p.trim_keep_fraction {
-            c.policy.trim_keep_fraction = fraction(v, "policy.trim_keep_fraction")?;
-        }
-        if let Some(v) = p.warning_factor {
-            c.policy.warning_factor = fraction(v, "policy.warning_factor")?;
-        }
-        if let Some(v) = p.critical_factor {
-            c.policy.critical_factor = fraction(v, "policy.critical_factor")?;
-        }
-        if let Some(v) = p.hard_trim_suffix {
-            c.policy.hard_trim_suffix = v;
-        }
+        apply_policy(&p, &mut c.policy)?;
     }
     Ok(EngineStart {
         config: c,

@@ -15,8 +15,9 @@
 //! products in another order.
 
 use crate::kv::LayerCache;
-use crate::scratch::fit;
-use statelm_quant::kernels::scalar::{hsum8, reduce_dot_partials};
+use crate::ops::fit;
+use crate::Numerics;
+use statelm_quant::sums::{hsum8, reduce_dot_partials};
 use statelm_quant::{BMatrix, Kernels, QuantError, ThreadPool};
 use std::ops::Range;
 use std::sync::Mutex;
@@ -97,6 +98,16 @@ fn n_tasks(s: &AttentionShape, threads: usize) -> usize {
     s.n_head_kv * threads.div_ceil(s.n_head_kv).clamp(1, group)
 }
 
+/// The buffers [`attend`] writes into, owned by the computation's scratch.
+pub(crate) struct AttendBuffers<'a> {
+    /// The cache's keys as f32 (the GEMM path).
+    pub kf: &'a mut Vec<f32>,
+    /// The cache's values as f32 (the GEMM path).
+    pub vf: &'a mut Vec<f32>,
+    /// The per-task buffers.
+    pub tasks: &'a mut Vec<Mutex<AttnScratch>>,
+}
+
 /// The cache as f32 rows: cell positions, keys `[cells, Hkv·D]`, values `[cells, Hkv·Dv]`.
 struct KvView<'a> {
     pos: &'a [u32],
@@ -108,8 +119,7 @@ struct KvView<'a> {
 }
 
 /// Attention of `n` queries `q [n, H·D]` at positions `p0..p0+n` over `cache` (which already
-/// holds their own keys) into `out [n, H·Dv]`. `kf`/`vf` are scratch for the f32 cache and
-/// `tasks` the per-task buffers.
+/// holds their own keys) into `out [n, H·Dv]`, in the summation orders of `numerics`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     pool: &ThreadPool,
@@ -118,13 +128,12 @@ pub(crate) fn attend(
     q: &[f32],
     p0: usize,
     out: &mut [f32],
-    kf: &mut Vec<f32>,
-    vf: &mut Vec<f32>,
-    tasks: &mut Vec<Mutex<AttnScratch>>,
-    exact: bool,
+    buffers: AttendBuffers<'_>,
+    numerics: Numerics,
 ) -> Result<(), QuantError> {
+    let AttendBuffers { kf, vf, tasks } = buffers;
     let n = out.len() / (s.n_head * s.v_head_dim);
-    let gemm = n >= GEMM_MIN_QUERIES && !exact;
+    let gemm = n >= GEMM_MIN_QUERIES && numerics == Numerics::Fast;
     // The GEMM path reads the cache as two f32 matrices; small batches (decode) read it row by
     // row into L1-sized buffers instead of converting it all on every step.
     let (cells, kd, vd) = (
@@ -155,7 +164,7 @@ pub(crate) fn attend(
     pool.run(count, &|i| {
         let mut sc = tasks[i].lock().unwrap_or_else(|e| e.into_inner());
         let t = task(s, pool.n_threads(), i);
-        sc.error = attend_task(s, &kv, (q, p0, n), t, (gemm, exact), &mut sc).err();
+        sc.error = attend_task(s, &kv, (q, p0, n), t, (gemm, numerics), &mut sc).err();
     });
     let dv = s.v_head_dim;
     for (i, slot) in tasks.iter().enumerate() {
@@ -186,7 +195,7 @@ fn attend_task(
     kv: &KvView<'_>,
     (q, p0, n): (&[f32], usize, usize),
     t: Task,
-    (gemm, exact): (bool, bool),
+    (gemm, numerics): (bool, Numerics),
     sc: &mut AttnScratch,
 ) -> Result<(), QuantError> {
     let (d, dv) = (s.head_dim, s.v_head_dim);
@@ -226,9 +235,13 @@ fn attend_task(
             attend_block_gemm(s, kv, &block, qs, (st, scores, panels), o)?;
         } else {
             // The value sums keep ggml's lanes: its `vec_dot_f32` for one token (and for any
-            // batch unless `exact`, so a batch equals its tokens one by one), tinyBLAS's 8-lane
-            // tiles for a batch when `exact`.
-            let lanes = if n > 1 && exact { 8 } else { 32 };
+            // batch in `Fast`, so a batch equals its tokens one by one), tinyBLAS's 8-lane
+            // tiles for a batch in llama.cpp's numerics.
+            let lanes = if n > 1 && numerics == Numerics::LlamaCpp {
+                8
+            } else {
+                32
+            };
             attend_block_by_dots(s, kv, &block, qs, lanes, (scores, st, row), o);
         }
     }
@@ -304,7 +317,7 @@ fn attend_block_gemm(
 }
 
 /// The cells a block of queries at positions `first..=last` can see, as one index range: from
-/// the first visible cell, rounded down to a multiple of [`statelm_quant::gemm::KC`], to the
+/// the first visible cell, rounded down to a multiple of [`statelm_quant::GEMM_KC`], to the
 /// last visible cell. What it leaves out are cells every query masks (probability exactly 0):
 /// trailing ones only drop `+ 0` terms at the ends of the softmax sum and of each `P·V` chain,
 /// and the rounded start keeps the GEMM's column slices where they were, so every result keeps
@@ -319,7 +332,7 @@ fn visible_cells(s: &AttentionShape, pos: &[u32], first: usize, last: usize) -> 
         .iter()
         .rposition(|&p| seen(p))
         .map_or(pos.len(), |i| i + 1);
-    lo / statelm_quant::gemm::KC * statelm_quant::gemm::KC..hi
+    lo / statelm_quant::GEMM_KC * statelm_quant::GEMM_KC..hi
 }
 
 /// The dot path for one block of query rows `qs [rows, D]` (token-major) into `o [rows, Dv]`,
@@ -448,10 +461,10 @@ mod tests {
         };
         let pool = ThreadPool::new(2);
         let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
-        let cases = [KvType::F32, KvType::F16, KvType::Q8_0].map(|ty| (ty, false));
-        for (ty, exact) in cases.into_iter().chain([(KvType::F32, true)]) {
+        let cases = [KvType::F32, KvType::F16, KvType::Q8_0].map(|ty| (ty, Numerics::Fast));
+        for (ty, numerics) in cases.into_iter().chain([(KvType::F32, Numerics::LlamaCpp)]) {
             // A 48-cell ring: the batches of 33 and 40 take the GEMM path (the dots when
-            // `exact`), the others the dots.
+            // llama.cpp numerics), the others the dots.
             let mut cache = LayerCache::new(ty, 64, 64, 48);
             let (mut kf, mut vf, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
             let mut p0 = 0;
@@ -464,10 +477,12 @@ mod tests {
                 }
                 let q: Vec<f32> = (0..n * 4 * 32).map(|i| val(p0 * 1000 + i + 7)).collect();
                 let mut out = vec![0f32; n * 4 * 32];
-                attend(
-                    &pool, &s, &cache, &q, p0, &mut out, &mut kf, &mut vf, &mut tasks, exact,
-                )
-                .unwrap();
+                let buffers = AttendBuffers {
+                    kf: &mut kf,
+                    vf: &mut vf,
+                    tasks: &mut tasks,
+                };
+                attend(&pool, &s, &cache, &q, p0, &mut out, buffers, numerics).unwrap();
                 let want = naive(&s, &cache, &q, p0, n);
                 for (a, b) in out.iter().zip(&want) {
                     assert!((a - b).abs() < 1e-5, "{ty:?} p0 {p0} n {n}: {a} vs {b}");
@@ -479,7 +494,7 @@ mod tests {
 
     #[test]
     fn visible_cells_cover_every_visible_cell() {
-        let kc = statelm_quant::gemm::KC as u32;
+        let kc = statelm_quant::GEMM_KC as u32;
         let shape = |window| AttentionShape {
             n_head: 1,
             n_head_kv: 1,

@@ -3,15 +3,16 @@
 //! Shapes: `n` tokens in the batch, `E = n_embd`, `H` query heads and `Hkv` key/value heads of
 //! dimension `D`, FFN width `F`. Activations are row-major `[n, width]`.
 
-use crate::attention::{attend, AttentionShape};
+use crate::attention::{attend, AttendBuffers, AttentionShape};
 use crate::config::{FfnActivation, ModelConfig};
 use crate::ops;
-use crate::scratch::{fit, Scratch};
+use crate::ops::fit;
+use crate::scratch::Scratch;
 use crate::state::State;
 use crate::weights::{LayerWeights, TensorRef, Weights};
 use crate::{ModelError, Numerics};
 use statelm_gguf::GgufFile;
-use statelm_quant::ThreadPool;
+use statelm_quant::{Projector, Summation, ThreadPool};
 
 /// Receives named intermediates of a forward pass, to bisect a mismatch layer by layer.
 pub trait Trace {
@@ -43,7 +44,6 @@ pub(crate) fn forward_batch(
     let c = ctx.config;
     let n = tokens.len();
     let p0 = state.n_cached;
-    sc.acts.f32_gemm = ctx.numerics == Numerics::Fast;
     embed(ctx, tokens, fit(&mut sc.x, n * c.n_embd))?;
     record(trace, None, "embd", n, &sc.x[..n * c.n_embd]);
     for (il, lw) in ctx.weights.layers.iter().enumerate() {
@@ -75,25 +75,35 @@ fn embed(ctx: &BatchCtx<'_>, tokens: &[u32], x: &mut [f32]) -> Result<(), ModelE
     Ok(())
 }
 
+impl BatchCtx<'_> {
+    /// How the projections may sum: llama.cpp's orders, or the fastest per shape.
+    fn summation(&self) -> Summation {
+        match self.numerics {
+            Numerics::Fast => Summation::Fast,
+            Numerics::LlamaCpp => Summation::Ggml,
+        }
+    }
+}
+
 /// `y[n, rows] = x[n, cols] · wᵀ`.
 fn project(
     ctx: &BatchCtx<'_>,
-    sc: &mut crate::scratch::ActsCache,
+    acts: &mut Projector,
     w: &TensorRef,
     x: &[f32],
     n: usize,
     y: &mut Vec<f32>,
 ) -> Result<(), ModelError> {
     let y = fit(y, n * w.rows);
-    sc.project(ctx.pool, &w.matrix(ctx.file), x, n, y)?;
+    acts.project(ctx.pool, &w.matrix(ctx.file), x, n, y, ctx.summation())?;
     Ok(())
 }
 
-/// `y_j[n, rows_j] = x[n, cols] · w_jᵀ` for matrices sharing the input `x` (one pool dispatch
-/// for a decode step; see `ActsCache::project_many`).
+/// `y_j[n, rows_j] = x[n, cols] · w_jᵀ` for matrices sharing the input `x` (quantized once;
+/// one pool dispatch for a decode step).
 fn project_many<const N: usize>(
     ctx: &BatchCtx<'_>,
-    sc: &mut crate::scratch::ActsCache,
+    acts: &mut Projector,
     ws: [&TensorRef; N],
     x: &[f32],
     n: usize,
@@ -106,7 +116,7 @@ fn project_many<const N: usize>(
         i += 1;
         (w, fit(y, n * w.rows()))
     });
-    sc.project_many(ctx.pool, jobs, x, n)?;
+    acts.project_many(ctx.pool, jobs, x, n, ctx.summation())?;
     Ok(())
 }
 
@@ -118,7 +128,8 @@ fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
     }
 }
 
-/// `x += post_norm(Wo · attention(rope(norm(Wq·h)), rope(norm(Wk·h)), Wv·h))`, `h = norm(x)`.
+/// `x += post_norm(Wo · attention(rope(norm(Wq·h)), rope(norm(Wk·h)), Wv·h))`, `h = norm(x)`:
+/// projections, RoPE, the KV append, attention, the output projection.
 #[allow(clippy::too_many_arguments)]
 fn attention_block(
     ctx: &BatchCtx<'_>,
@@ -132,14 +143,65 @@ fn attention_block(
 ) -> Result<(), ModelError> {
     let c = ctx.config;
     let e = c.n_embd;
-    // h = rms_norm(x) * attn_norm                                     [n, E]
-    let xb = fit(&mut sc.xb, n * e);
-    for (o, x) in xb.chunks_exact_mut(e).zip(sc.x.chunks_exact(e)) {
-        ops::rms_norm(o, x, &lw.attn_norm, c.norm_eps);
+    qkv(ctx, sc, il, lw, n, trace)?;
+    rope(ctx, sc, il, lw, p0, n, trace);
+    // Append k, v to the cache, then attend over every visible cell.
+    let cache = &mut state.layers[il];
+    for t in 0..n {
+        cache.push(
+            (p0 + t) as u32,
+            &sc.k[t * c.k_dim()..(t + 1) * c.k_dim()],
+            &sc.v[t * c.v_dim()..(t + 1) * c.v_dim()],
+        );
     }
+    let shape = AttentionShape {
+        n_head: c.n_head,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+        v_head_dim: c.v_head_dim,
+        scale: c.attn_scale,
+        window: c.sliding_window.filter(|_| c.is_swa_layer(il)),
+    };
+    let att_len = n * c.n_head * c.v_head_dim;
+    let buffers = AttendBuffers {
+        kf: &mut sc.kf,
+        vf: &mut sc.vf,
+        tasks: &mut sc.attn,
+    };
+    let att = fit(&mut sc.att, att_len);
+    let q = &sc.q[..n * c.q_dim()];
+    attend(ctx.pool, &shape, cache, q, p0, att, buffers, ctx.numerics)?;
+    record(trace, Some(il), "kqv_out", n, &sc.att[..att_len]);
+    // o = att·Woᵀ [n, E]; Gemma normalizes it again before the residual add.
+    project(
+        ctx,
+        &mut sc.acts,
+        &lw.wo,
+        &sc.att[..att_len],
+        n,
+        &mut sc.xb2,
+    )?;
+    post_norm(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
+    record(trace, Some(il), "attn_post_norm", n, &sc.xb2[..n * e]);
+    add_residual(sc, n * e);
+    record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
+    Ok(())
+}
+
+/// `h = rms_norm(x)`; `q = h·Wqᵀ [n, H·D]`, `k = h·Wkᵀ [n, Hkv·D]`, `v = h·Wvᵀ [n, Hkv·D]`,
+/// plus their biases (Qwen 2).
+fn qkv(
+    ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
+    il: usize,
+    lw: &LayerWeights,
+    n: usize,
+    trace: &mut Option<&mut dyn Trace>,
+) -> Result<(), ModelError> {
+    let c = ctx.config;
+    let e = c.n_embd;
+    norm_input(sc, &lw.attn_norm, n, e, c.norm_eps);
     record(trace, Some(il), "attn_norm", n, &sc.xb[..n * e]);
-    // q = h·Wqᵀ [n, H·D], k = h·Wkᵀ [n, Hkv·D], v = h·Wvᵀ [n, Hkv·D]
-    sc.acts.invalidate();
     project_many(
         ctx,
         &mut sc.acts,
@@ -148,15 +210,24 @@ fn attention_block(
         n,
         [&mut sc.q, &mut sc.k, &mut sc.v],
     )?;
-    let (q, k, v) = (
-        &mut sc.q[..n * c.q_dim()],
-        &mut sc.k[..n * c.k_dim()],
-        &mut sc.v[..n * c.v_dim()],
-    );
-    add_bias(q, lw.bq.as_ref());
-    add_bias(k, lw.bk.as_ref());
-    add_bias(v, lw.bv.as_ref());
-    // Per-head RMS norms (Gemma 3), then rotary embeddings at positions p0..p0+n.
+    add_bias(&mut sc.q[..n * c.q_dim()], lw.bq.as_ref());
+    add_bias(&mut sc.k[..n * c.k_dim()], lw.bk.as_ref());
+    add_bias(&mut sc.v[..n * c.v_dim()], lw.bv.as_ref());
+    Ok(())
+}
+
+/// Per-head RMS norms of q and k (Gemma 3), then rotary embeddings at positions `p0..p0+n`.
+fn rope(
+    ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
+    il: usize,
+    lw: &LayerWeights,
+    p0: usize,
+    n: usize,
+    trace: &mut Option<&mut dyn Trace>,
+) {
+    let c = ctx.config;
+    let (q, k) = (&mut sc.q[..n * c.q_dim()], &mut sc.k[..n * c.k_dim()]);
     if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
         q.chunks_exact_mut(c.head_dim)
             .for_each(|h| ops::rms_norm_in_place(h, qn, c.norm_eps));
@@ -167,16 +238,10 @@ fn attention_block(
     }
     let angles = &mut sc.rope[usize::from(c.is_swa_layer(il))];
     for t in 0..n {
-        angles.compute(
-            (p0 + t) as f32,
-            c.head_dim,
-            c.rope_base_of(il),
-            c.rope_scale_of(il),
-        );
-        let (qt, kt) = (
-            &mut q[t * c.q_dim()..(t + 1) * c.q_dim()],
-            &mut k[t * c.k_dim()..(t + 1) * c.k_dim()],
-        );
+        let (base, scale) = (c.rope_base_of(il), c.rope_scale_of(il));
+        angles.compute((p0 + t) as f32, c.head_dim, base, scale);
+        let qt = &mut q[t * c.q_dim()..(t + 1) * c.q_dim()];
+        let kt = &mut k[t * c.k_dim()..(t + 1) * c.k_dim()];
         qt.chunks_exact_mut(c.head_dim)
             .for_each(|h| angles.apply(h, c.rope_style));
         kt.chunks_exact_mut(c.head_dim)
@@ -184,63 +249,7 @@ fn attention_block(
     }
     record(trace, Some(il), "q", n, q);
     record(trace, Some(il), "k", n, k);
-    record(trace, Some(il), "v", n, v);
-    // Append k, v to the cache, then attend over every visible cell.
-    let cache = &mut state.layers[il];
-    for t in 0..n {
-        cache.push(
-            (p0 + t) as u32,
-            &k[t * c.k_dim()..(t + 1) * c.k_dim()],
-            &v[t * c.v_dim()..(t + 1) * c.v_dim()],
-        );
-    }
-    let shape = AttentionShape {
-        n_head: c.n_head,
-        n_head_kv: c.n_head_kv,
-        head_dim: c.head_dim,
-        v_head_dim: c.v_head_dim,
-        scale: c.attn_scale,
-        window: if c.is_swa_layer(il) {
-            c.sliding_window
-        } else {
-            None
-        },
-    };
-    let att = fit(&mut sc.att, n * c.n_head * c.v_head_dim);
-    attend(
-        ctx.pool,
-        &shape,
-        cache,
-        &sc.q[..n * c.q_dim()],
-        p0,
-        att,
-        &mut sc.kf,
-        &mut sc.vf,
-        &mut sc.attn,
-        ctx.numerics == Numerics::LlamaCpp,
-    )?;
-    record(
-        trace,
-        Some(il),
-        "kqv_out",
-        n,
-        &sc.att[..n * c.n_head * c.v_head_dim],
-    );
-    // o = att·Woᵀ [n, E]; Gemma normalizes it again before the residual add.
-    sc.acts.invalidate();
-    project(
-        ctx,
-        &mut sc.acts,
-        &lw.wo,
-        &sc.att[..n * c.n_head * c.v_head_dim],
-        n,
-        &mut sc.xb2,
-    )?;
-    post_norm(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
-    record(trace, Some(il), "attn_post_norm", n, &sc.xb2[..n * e]);
-    add_residual(sc, n * e);
-    record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
-    Ok(())
+    record(trace, Some(il), "v", n, &sc.v[..n * c.v_dim()]);
 }
 
 /// `x += post_norm(W_down · (act(W_gate·h) ⊙ W_up·h))`, `h = norm(x)`.
@@ -254,13 +263,9 @@ fn ffn_block(
 ) -> Result<(), ModelError> {
     let c = ctx.config;
     let e = c.n_embd;
-    let xb = fit(&mut sc.xb, n * e);
-    for (o, x) in xb.chunks_exact_mut(e).zip(sc.x.chunks_exact(e)) {
-        ops::rms_norm(o, x, &lw.ffn_norm, c.norm_eps);
-    }
+    norm_input(sc, &lw.ffn_norm, n, e, c.norm_eps);
     record(trace, Some(il), "ffn_norm", n, &sc.xb[..n * e]);
     // gate, up: [n, F]
-    sc.acts.invalidate();
     project_many(
         ctx,
         &mut sc.acts,
@@ -278,7 +283,6 @@ fn ffn_block(
     }
     record(trace, Some(il), "ffn_geglu", n, &sc.hb[..n * c.n_ff]);
     // down: [n, E]
-    sc.acts.invalidate();
     project(
         ctx,
         &mut sc.acts,
@@ -293,6 +297,14 @@ fn ffn_block(
     add_residual(sc, n * e);
     record(trace, Some(il), "l_out", n, &sc.x[..n * e]);
     Ok(())
+}
+
+/// `xb = rms_norm(x) · weight` for the `n` rows of width `e` (a block's input norm).
+fn norm_input(sc: &mut Scratch, weight: &[f32], n: usize, e: usize, eps: f32) {
+    let xb = fit(&mut sc.xb, n * e);
+    for (o, x) in xb.chunks_exact_mut(e).zip(sc.x.chunks_exact(e)) {
+        ops::rms_norm(o, x, weight, eps);
+    }
 }
 
 /// `xb2 = post_norm(xb2)` over `len` elements of rows of width `e` (Gemma 3 has the norm).
@@ -339,10 +351,16 @@ fn output(
     }
     let start = logits.len();
     logits.resize(start + m * c.n_vocab, 0.0);
-    sc.acts.invalidate();
     let w = ctx.weights.output.matrix(ctx.file);
-    sc.acts
-        .project(ctx.pool, &w, &sc.xb[..m * e], m, &mut logits[start..])?;
+    let summation = ctx.summation();
+    (sc.acts).project(
+        ctx.pool,
+        &w,
+        &sc.xb[..m * e],
+        m,
+        &mut logits[start..],
+        summation,
+    )?;
     if let Some(cap) = c.final_logit_softcap {
         logits[start..]
             .iter_mut()

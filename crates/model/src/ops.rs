@@ -21,6 +21,14 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
     max + sum.ln() as f32
 }
 
+/// Resizes `v` to `n` elements (allocation only grows) and returns them.
+pub(crate) fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

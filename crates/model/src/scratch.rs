@@ -6,8 +6,7 @@
 
 use crate::attention::AttnScratch;
 use crate::rope::RopeAngles;
-use statelm_gguf::GgmlType;
-use statelm_quant::{BatchOrder, QMatrix, QuantizedActs, ThreadPool};
+use statelm_quant::Projector;
 use std::fmt;
 use std::sync::Mutex;
 
@@ -43,7 +42,7 @@ pub struct Scratch {
     /// The cache's values as f32 `[cells, v_dim]`.
     pub(crate) vf: Vec<f32>,
     /// Quantized copies of the current matmul input.
-    pub(crate) acts: ActsCache,
+    pub(crate) acts: Projector,
     /// RoPE angles for global layers and for sliding-window layers.
     pub(crate) rope: [RopeAngles; 2],
     /// Per-task buffers of attention (kept across decode steps, freed after a prefill).
@@ -65,14 +64,6 @@ impl fmt::Debug for Scratch {
     }
 }
 
-/// Resizes `v` to `n` elements (allocation only grows).
-pub(crate) fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
-}
-
 impl Scratch {
     /// Empty buffers for micro-batches of at most `ubatch` tokens (the model's own `ubatch`
     /// caps it at use).
@@ -90,7 +81,7 @@ impl Scratch {
             hb2: Vec::new(),
             kf: Vec::new(),
             vf: Vec::new(),
-            acts: ActsCache::default(),
+            acts: Projector::default(),
             rope: Default::default(),
             attn: Vec::new(),
         }
@@ -138,152 +129,6 @@ impl Scratch {
         self.acts.release_gemm_copies();
         if n_tokens >= statelm_quant::GEMM_MIN_VECS {
             self.attn = Vec::new();
-        }
-    }
-}
-
-/// The current matmul input quantized for each vec-dot type it was needed in, so that
-/// matrices sharing an input (q/k/v, gate/up) quantize it once.
-#[derive(Default)]
-pub(crate) struct ActsCache {
-    entries: Vec<ActsEntry>,
-    /// `Numerics::Fast` (set per batch): large batches may take the f32 GEMM, small ones sum
-    /// exactly as single-token decode; otherwise batches sum in llama.cpp's batch order.
-    pub f32_gemm: bool,
-}
-
-/// One vec-dot type's copy of the current input.
-struct ActsEntry {
-    ty: GgmlType,
-    quantized: QuantizedActs,
-    /// `quantized` dequantized again (the GEMM path's input).
-    dequantized: Vec<f32>,
-    /// Whether `quantized` / `dequantized` hold the current input.
-    fresh: (bool, bool),
-}
-
-impl ActsCache {
-    /// Forgets the quantized copies: the input changed.
-    pub fn invalidate(&mut self) {
-        for e in &mut self.entries {
-            e.fresh = (false, false);
-        }
-    }
-
-    /// Frees the f32 copies of the GEMM path: they are `n × cols` floats per vec-dot type (2.5
-    /// MiB for a 128-token Qwen batch) and only a prefill uses them, so a State does not keep
-    /// them between calls (they are transient memory of the forward pass, not State memory).
-    pub fn release_gemm_copies(&mut self) {
-        for e in &mut self.entries {
-            e.dequantized = Vec::new();
-            e.fresh.1 = false;
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        self.entries
-            .iter()
-            .map(|e| e.quantized.capacity() + e.dequantized.capacity() * 4)
-            .sum()
-    }
-
-    /// The entry holding `x` quantized for `w`'s vec-dot type, quantized now unless fresh.
-    fn quantized_for(
-        &mut self,
-        w: &QMatrix<'_>,
-        x: &[f32],
-        n: usize,
-    ) -> Result<usize, statelm_quant::QuantError> {
-        let ty = statelm_quant::vec_dot_type(w.ty());
-        let idx = match self.entries.iter().position(|e| e.ty == ty) {
-            Some(i) => i,
-            None => {
-                self.entries.push(ActsEntry {
-                    ty,
-                    quantized: QuantizedActs::new(),
-                    dequantized: Vec::new(),
-                    fresh: (false, false),
-                });
-                self.entries.len() - 1
-            }
-        };
-        let e = &mut self.entries[idx];
-        if !e.fresh.0 {
-            e.quantized.quantize(ty, x, n, w.cols())?;
-            e.fresh.0 = true;
-        }
-        Ok(idx)
-    }
-
-    /// [`ActsCache::project`] for several matrices that share the input `x` (q/k/v, gate/up):
-    /// a decode step (`n == 1`) runs them as one pool dispatch (one join instead of `N`);
-    /// larger batches run them one after another. Each output is what `project` writes.
-    pub fn project_many<const N: usize>(
-        &mut self,
-        pool: &ThreadPool,
-        jobs: [(&QMatrix<'_>, &mut [f32]); N],
-        x: &[f32],
-        n: usize,
-    ) -> Result<(), statelm_quant::QuantError> {
-        if n != 1 {
-            for (w, y) in jobs {
-                self.project(pool, w, x, n, y)?;
-            }
-            return Ok(());
-        }
-        let mut idx = [0; N];
-        for (i, (w, _)) in idx.iter_mut().zip(&jobs) {
-            *i = self.quantized_for(w, x, n)?;
-        }
-        let mut k = 0;
-        let jobs = jobs.map(|(w, y)| {
-            let acts = &self.entries[idx[k]].quantized;
-            k += 1;
-            statelm_quant::MatvecJob { w, acts, y }
-        });
-        statelm_quant::Kernels::global().matvec_many(pool, jobs)
-    }
-
-    /// `y[n, rows] = x[n, cols] · wᵀ`. Activations are quantized for `w`'s vec-dot type first
-    /// (once per input: copies are kept until [`ActsCache::invalidate`]), as ggml does. Small
-    /// batches then take the integer kernels; batches of at least
-    /// [`statelm_quant::GEMM_MIN_VECS`] (K-quants: [`statelm_quant::I8_K_GEMM_MIN_VECS`]) take
-    /// the int8 GEMM where the kernel table has a SIMD micro-kernel for the weights
-    /// (Q4_0/Q5_0/Q8_0, and Q4_K/Q5_K/Q6_K — the same integer products; for Q4_K/Q5_K the
-    /// very sums of decode), else the
-    /// f32 GEMM over the dequantized copy — the same products, summed in another order, several
-    /// times faster.
-    pub fn project(
-        &mut self,
-        pool: &ThreadPool,
-        w: &QMatrix<'_>,
-        x: &[f32],
-        n: usize,
-        y: &mut [f32],
-    ) -> Result<(), statelm_quant::QuantError> {
-        let idx = self.quantized_for(w, x, n)?;
-        let e = &mut self.entries[idx];
-        let kernels = statelm_quant::Kernels::global();
-        let large = self.f32_gemm && n >= statelm_quant::GEMM_MIN_VECS;
-        let i8_from = kernels.i8_gemm_min_vecs(w.ty());
-        if self.f32_gemm && i8_from.is_some_and(|m| n >= m) {
-            kernels.matmul_i8(pool, w, &e.quantized, y)
-        } else if large && kernels.prefers_f32_gemm() {
-            let xq = fit(&mut e.dequantized, n * w.cols());
-            if !e.fresh.1 {
-                e.quantized.dequantize(xq)?;
-                e.fresh.1 = true;
-            }
-            kernels.matmul_f32(pool, w, xq, n, y)
-        } else if n == 1 {
-            statelm_quant::matvec(pool, w, &e.quantized, y)
-        } else {
-            let order = if self.f32_gemm {
-                BatchOrder::Invariant
-            } else {
-                BatchOrder::Ggml
-            };
-            kernels.matmul_in(pool, w, &e.quantized, y, order)
         }
     }
 }

@@ -102,13 +102,21 @@ pub mod matrix;
 pub mod matvec;
 pub mod pairs;
 pub mod pool;
+pub mod project;
 
 pub use bandwidth::measure_read_bandwidth;
 pub use dispatch::{active_isa, vec_dot_type, Kernels, FORCE_SCALAR_ENV, ISA_ENV};
 pub use error::QuantError;
 pub use formats::{can_quantize, dequantize_row, quantize_row};
-pub use gemm::{matmul_f32, BMatrix, GEMM_MIN_VECS};
+pub use gemm::{matmul_f32, BMatrix, GEMM_MIN_VECS, KC as GEMM_KC};
 pub use igemm::I8_K_GEMM_MIN_VECS;
 pub use matrix::{QMatrix, QuantizedActs};
 pub use matvec::{matmul, matvec, matvec_f32, BatchOrder, MatvecJob};
 pub use pool::ThreadPool;
+pub use project::{Projector, Summation};
+
+/// ggml's f32 reductions, for callers that must sum in the order llama.cpp's x86 backend does
+/// outside the matmuls (attention's value sums).
+pub mod sums {
+    pub use crate::kernels::scalar::{hsum8, reduce_dot_partials};
+}

@@ -293,6 +293,15 @@ fn print_report(r: &serde_json::Value) {
             100.0 * f(&rf["share_of_roofline"])
         );
     }
+    print_comparisons(r);
+    if let Some(rss) = r["peak_rss_bytes"].as_u64() {
+        println!("peak RSS  {:>15.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    }
+}
+
+/// The report's optional comparisons: stateless vs stateful, lookup vs plain, verification.
+fn print_comparisons(r: &serde_json::Value) {
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     if let Some(rows) = r["stateless"].as_array() {
         for row in rows {
             println!(
@@ -329,8 +338,5 @@ fn print_report(r: &serde_json::Value) {
                 f(&row["ms"]["max"])
             );
         }
-    }
-    if let Some(rss) = r["peak_rss_bytes"].as_u64() {
-        println!("peak RSS  {:>15.1} MiB", rss as f64 / (1024.0 * 1024.0));
     }
 }

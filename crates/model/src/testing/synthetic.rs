@@ -126,53 +126,7 @@ fn vector(
 /// Writes a synthetic model to `path`.
 pub fn write_synthetic_model(path: impl AsRef<Path>, s: &SyntheticSpec) -> Result<(), ModelError> {
     let mut w = GgufWriter::new();
-    let a = s.arch.name();
-    let (tokens, scores, types) = vocab();
-    let n_vocab = tokens.len();
-    w.set("general.architecture", Value::String(a.into()));
-    w.set("general.name", Value::String(format!("synthetic {a}")));
-    w.set(format!("{a}.embedding_length"), Value::U32(s.n_embd as u32));
-    w.set(format!("{a}.block_count"), Value::U32(s.n_layer as u32));
-    w.set(
-        format!("{a}.feed_forward_length"),
-        Value::U32(s.n_ff as u32),
-    );
-    w.set(
-        format!("{a}.attention.head_count"),
-        Value::U32(s.n_head as u32),
-    );
-    w.set(
-        format!("{a}.attention.head_count_kv"),
-        Value::U32(s.n_head_kv as u32),
-    );
-    w.set(
-        format!("{a}.attention.key_length"),
-        Value::U32(s.head_dim as u32),
-    );
-    w.set(
-        format!("{a}.attention.value_length"),
-        Value::U32(s.head_dim as u32),
-    );
-    w.set(
-        format!("{a}.attention.layer_norm_rms_epsilon"),
-        Value::F32(1e-6),
-    );
-    w.set(format!("{a}.rope.freq_base"), Value::F32(10_000.0));
-    w.set(format!("{a}.context_length"), Value::U32(4096));
-    if let Some(win) = s.sliding_window {
-        w.set(
-            format!("{a}.attention.sliding_window"),
-            Value::U32(win as u32),
-        );
-    }
-    w.set("tokenizer.ggml.model", Value::String("llama".into()));
-    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
-    w.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
-    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-    w.set("tokenizer.ggml.bos_token_id", Value::U32(1));
-    w.set("tokenizer.ggml.eos_token_id", Value::U32(2));
-    w.set("tokenizer.ggml.unknown_token_id", Value::U32(0));
-    w.set("tokenizer.ggml.add_space_prefix", Value::Bool(true));
+    let n_vocab = write_metadata(&mut w, s);
     let mut rng = Rng(s.seed);
     let ty = s.weight_type;
     let (e, qd, kd) = (s.n_embd, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
@@ -207,4 +161,43 @@ pub fn write_synthetic_model(path: impl AsRef<Path>, s: &SyntheticSpec) -> Resul
     }
     w.write_file_atomic(path)?;
     Ok(())
+}
+
+/// The model's metadata and its toy vocabulary; returns the vocabulary's size.
+fn write_metadata(w: &mut GgufWriter, s: &SyntheticSpec) -> usize {
+    let a = s.arch.name();
+    let (tokens, scores, types) = vocab();
+    let n_vocab = tokens.len();
+    w.set("general.architecture", Value::String(a.into()));
+    w.set("general.name", Value::String(format!("synthetic {a}")));
+    let u32s = [
+        ("embedding_length", s.n_embd),
+        ("block_count", s.n_layer),
+        ("feed_forward_length", s.n_ff),
+        ("attention.head_count", s.n_head),
+        ("attention.head_count_kv", s.n_head_kv),
+        ("attention.key_length", s.head_dim),
+        ("attention.value_length", s.head_dim),
+        ("context_length", 4096),
+    ];
+    for (key, v) in u32s
+        .into_iter()
+        .chain(s.sliding_window.map(|v| ("attention.sliding_window", v)))
+    {
+        w.set(format!("{a}.{key}"), Value::U32(v as u32));
+    }
+    w.set(
+        format!("{a}.attention.layer_norm_rms_epsilon"),
+        Value::F32(1e-6),
+    );
+    w.set(format!("{a}.rope.freq_base"), Value::F32(10_000.0));
+    w.set("tokenizer.ggml.model", Value::String("llama".into()));
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    w.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    w.set("tokenizer.ggml.bos_token_id", Value::U32(1));
+    w.set("tokenizer.ggml.eos_token_id", Value::U32(2));
+    w.set("tokenizer.ggml.unknown_token_id", Value::U32(0));
+    w.set("tokenizer.ggml.add_space_prefix", Value::Bool(true));
+    n_vocab
 }
