@@ -62,7 +62,7 @@ async fn generate(engine: &EngineHandle, model: &Model) -> (usize, Duration, Opt
         stop: Vec::new(),
         max_tokens: TOKENS + 1,
     };
-    let mut stream = engine.generate(req);
+    let mut stream = engine.generate(req).await.expect("the request starts");
     let (mut first, mut last, mut n) = (None, Instant::now(), 0);
     let (mut cpu_first, mut cpu_last) = (None, None);
     while let Some(ev) = stream.next().await {

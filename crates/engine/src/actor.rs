@@ -36,6 +36,9 @@ pub(crate) enum Command {
         req: Box<GenerateRequest>,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
+        /// Answered once the request is accepted, or with why not (unknown or busy session,
+        /// bad sampling parameters).
+        accepted: Reply<()>,
     },
     Reset(SessionId, Reply<()>),
     Close(SessionId, Reply<()>),
@@ -311,7 +314,11 @@ impl Actor {
                 req,
                 tx,
                 cancel,
-            } => self.generate(id, *req, tx, cancel),
+                accepted,
+            } => {
+                let r = self.generate(id, *req, tx, cancel);
+                let _ = accepted.send(r);
+            }
             Command::Reset(id, reply) => {
                 let r = self.reset(id);
                 self.respond(reply, r);
@@ -387,40 +394,32 @@ impl Actor {
         Ok(Session::new(id, opts, state, budget))
     }
 
+    /// Starts job `id` if its session exists and is free and its sampling parameters are
+    /// valid; else says why. A session whose request was cancelled (its stream dropped) is
+    /// free: that request is ended here, not one step later.
     fn generate(
         &mut self,
         id: RequestId,
         req: GenerateRequest,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
-    ) {
+    ) -> Result<(), EngineError> {
         let sid = req.session;
-        let checked = req.sampling.check(self.core.model.config().n_vocab);
-        let breakers = match checked {
-            Ok(()) => self.core.breakers_for(&req.sampling),
-            Err(_) => Default::default(),
-        };
-        let mut job = Job::new(id, req, tx, cancel, breakers);
-        if let Err(e) = checked {
-            job.phase = crate::job::Phase::Finished;
-            job.emit_err(EngineError::InvalidRequest(e.message));
-            job.flush();
-            self.jobs.push(job);
-            return;
+        (req.sampling.check(self.core.model.config().n_vocab))
+            .map_err(|e| EngineError::InvalidRequest(e.message))?;
+        let running = self.job_of(sid);
+        if let Some(i) = running.filter(|&i| self.jobs[i].is_cancelled()) {
+            self.finish_job(i, crate::events::StopReason::Cancelled);
+            self.jobs[i].flush();
         }
-        match self.core.sessions.get_mut(&sid) {
-            None => {
-                job.phase = crate::job::Phase::Finished;
-                job.emit_err(EngineError::UnknownSession(sid));
-            }
-            Some(s) if s.busy.is_some() => {
-                job.phase = crate::job::Phase::Finished;
-                job.emit_err(EngineError::SessionBusy(sid));
-            }
-            Some(s) => s.busy = Some(id),
+        let s = (self.core.sessions.get_mut(&sid)).ok_or(EngineError::UnknownSession(sid))?;
+        if s.busy.is_some() {
+            return Err(EngineError::SessionBusy(sid));
         }
-        job.flush();
-        self.jobs.push(job);
+        s.busy = Some(id);
+        let breakers = self.core.breakers_for(&req.sampling);
+        self.jobs.push(Job::new(id, req, tx, cancel, breakers));
+        Ok(())
     }
 
     fn idle_session(&mut self, id: SessionId) -> Result<&mut Session, EngineError> {

@@ -78,3 +78,18 @@ pub enum EngineError {
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
+
+impl EngineError {
+    /// Whether the caller's input is at fault (a bad request, prompt, token or name) rather
+    /// than the engine's state or resources: what front ends report as an invalid argument.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            EngineError::EmptyPrompt
+                | EngineError::InvalidRequest(_)
+                | EngineError::InvalidSessionName { .. }
+                | EngineError::Tokenizer(_)
+                | EngineError::Model(statelm_model::ModelError::InvalidToken { .. })
+        )
+    }
+}

@@ -8,8 +8,7 @@ use crate::error::EngineError;
 use crate::events::{Event, RequestId, SessionId};
 use crate::info::{EngineStats, SessionInfo};
 use crate::request::{GenerateRequest, SessionOptions};
-use futures::future::BoxFuture;
-use futures::{FutureExt, Stream};
+use futures::Stream;
 use statelm_governor::{
     GovernorError, MemorySource, Monitor, MonitorConfig, MonitorEvent, PressureLevel,
     SignalForwarder,
@@ -101,7 +100,15 @@ impl Inner {
         tx.send(make(reply))
             .await
             .map_err(|_| EngineError::ShuttingDown)?;
-        rx.await.map_err(|_| match tx.is_closed() {
+        Self::answer(&tx, rx.await)
+    }
+
+    /// What a reply says; a reply dropped unanswered means the engine stopped or failed.
+    fn answer<T>(
+        tx: &mpsc::Sender<Command>,
+        reply: Result<Result<T, EngineError>, oneshot::error::RecvError>,
+    ) -> Result<T, EngineError> {
+        reply.map_err(|_| match tx.is_closed() {
             true => EngineError::ShuttingDown,
             false => EngineError::Internal("the engine failed while handling this call".into()),
         })?
@@ -164,44 +171,69 @@ impl EngineHandle {
         self.inner.call(|r| Command::Open(name, opts, r)).await
     }
 
-    /// Starts a generation. Its events (or its error) arrive through the returned stream;
-    /// dropping the stream cancels the generation within one token. A second generation on a
-    /// busy session gets [`EngineError::SessionBusy`] through its stream.
+    /// Starts a generation and returns its stream once the engine accepted it (within one
+    /// step of the engine's work). A request that cannot start fails here: an unknown session
+    /// ([`EngineError::UnknownSession`]), a session busy with another request
+    /// ([`EngineError::SessionBusy`] — "busy" is decided by the engine alone; a session whose
+    /// previous request was cancelled or whose stream was dropped is free again), invalid
+    /// sampling parameters ([`EngineError::InvalidRequest`]), a stopped engine. What happens
+    /// later (a prompt over budget, memory, the events) arrives through the stream; dropping
+    /// it cancels the generation within one token.
     ///
     /// Cancellation keeps the session consistent: the prompt tokens computed so far and every
     /// token generated so far stay in its history and State (the last sampled token is
     /// computed with the next request), so the next turn continues from there.
-    pub fn generate(&self, req: GenerateRequest) -> GenerationStream {
+    pub async fn generate(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
+        let (stream, cmd, accepted) = self.submission(req);
+        let tx = self.inner.sender()?;
+        tx.send(cmd).await.map_err(|_| EngineError::ShuttingDown)?;
+        Inner::answer(&tx, accepted.await)?;
+        Ok(stream)
+    }
+
+    /// [`EngineHandle::generate`] for callers without an async runtime (the C ABI): blocks
+    /// the calling thread until the engine accepted or refused the request. Must not be called
+    /// from within a tokio runtime.
+    pub fn generate_blocking(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
+        let (stream, cmd, accepted) = self.submission(req);
+        let tx = self.inner.sender()?;
+        tx.blocking_send(cmd)
+            .map_err(|_| EngineError::ShuttingDown)?;
+        Inner::answer(&tx, accepted.blocking_recv())?;
+        Ok(stream)
+    }
+
+    /// A new request's stream, its command, and where the engine's verdict arrives. The
+    /// stream exists before the command is sent, so that a caller which goes away while
+    /// waiting (a dropped future) cancels the request like a dropped stream does.
+    fn submission(
+        &self,
+        req: GenerateRequest,
+    ) -> (
+        GenerationStream,
+        Command,
+        oneshot::Receiver<Result<(), EngineError>>,
+    ) {
         let id = RequestId(self.inner.next_request.fetch_add(1, Ordering::Relaxed));
         let cancel = Arc::new(AtomicBool::new(false));
-        self.inner.cancels().insert(id, cancel.clone());
         let (tx, rx) = mpsc::channel(self.inner.stream_buffer);
+        self.inner.cancels().insert(id, cancel.clone());
+        let stream = GenerationStream {
+            id,
+            rx,
+            cancel: cancel.clone(),
+            done: false,
+            engine: self.inner.clone(),
+        };
+        let (accepted, verdict) = oneshot::channel();
         let cmd = Command::Generate {
             id,
             req: Box::new(req),
             tx,
-            cancel: cancel.clone(),
-        };
-        let submit = match self.inner.sender() {
-            Err(e) => Submit::Failed(Some(e)),
-            Ok(sender) => match sender.try_send(cmd) {
-                Ok(()) => Submit::Done,
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    Submit::Failed(Some(EngineError::ShuttingDown))
-                }
-                Err(mpsc::error::TrySendError::Full(cmd)) => {
-                    Submit::Pending(async move { sender.send(cmd).await.is_ok() }.boxed())
-                }
-            },
-        };
-        GenerationStream {
-            id,
-            rx,
-            submit,
             cancel,
-            done: false,
-            engine: self.inner.clone(),
-        }
+            accepted,
+        };
+        (stream, cmd, verdict)
     }
 
     /// Empties a session (State and history). Fails with `SessionBusy` while it generates.
@@ -399,12 +431,6 @@ impl EngineHandle {
     }
 }
 
-enum Submit {
-    Done,
-    Pending(BoxFuture<'static, bool>),
-    Failed(Option<EngineError>),
-}
-
 /// The events of one generation: `Stream<Item = Result<Event, EngineError>>`.
 ///
 /// A successful stream ends with [`Event::Done`]; a failed one with its error. Dropping it
@@ -412,7 +438,6 @@ enum Submit {
 pub struct GenerationStream {
     id: RequestId,
     rx: mpsc::Receiver<Result<Event, EngineError>>,
-    submit: Submit,
     cancel: Arc<AtomicBool>,
     done: bool,
     engine: Arc<Inner>,
@@ -446,21 +471,6 @@ impl Stream for GenerationStream {
         let this = self.get_mut();
         if this.done {
             return Poll::Ready(None);
-        }
-        match &mut this.submit {
-            Submit::Done => {}
-            Submit::Failed(e) => {
-                this.done = true;
-                return Poll::Ready(e.take().map(Err));
-            }
-            Submit::Pending(fut) => match fut.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(true) => this.submit = Submit::Done,
-                Poll::Ready(false) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(EngineError::ShuttingDown)));
-                }
-            },
         }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(item)) => {

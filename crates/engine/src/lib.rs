@@ -13,7 +13,7 @@
 //! let engine = Engine::start(model, EngineConfig::default());
 //! let session = engine.create_session(SessionOptions::default()).await?;
 //! let req = GenerateRequest::new(session, Input::Text("The capital of France is".into()), 16);
-//! let mut stream = engine.generate(req);
+//! let mut stream = engine.generate(req).await?;
 //! while let Some(event) = stream.next().await {
 //!     match event? {
 //!         Event::Token { text, .. } | Event::Text { text } => print!("{text}"),
@@ -82,5 +82,6 @@ pub use request::{Encoded, GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
 pub use sampling_check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};
 pub use statelm_governor::{Policy, PressureLevel};
+pub use statelm_model::{LoadOptions, Model};
 pub use statelm_tokenizer::ChatMessage;
 pub use tier::{apply_device_tier, device_memory, device_tier, kv_type_of};

@@ -54,7 +54,12 @@ async fn concurrent_sessions_match_solo_runs() {
 }
 
 /// Collects a stream, noting when each token arrived.
-async fn timed(mut stream: statelm_engine::GenerationStream) -> (Run, Vec<std::time::Instant>) {
+async fn timed(
+    stream: impl std::future::Future<
+        Output = Result<statelm_engine::GenerationStream, statelm_engine::EngineError>,
+    >,
+) -> (Run, Vec<std::time::Instant>) {
+    let mut stream = stream.await.unwrap();
     let (mut run, mut times) = (Run::default(), Vec::new());
     while let Some(ev) = stream.next().await {
         let ev = ev.unwrap();
@@ -125,7 +130,7 @@ async fn cancelled_stream_leaves_a_usable_session() {
     let s = session(&engine).await.unwrap();
     let mut req = greedy(s, Input::Text(PROMPT_B.into()), 64);
     req.sampling = no_eog(&model);
-    let mut stream = engine.generate(req);
+    let mut stream = engine.generate(req).await.unwrap();
     let mut got = 0;
     while let Some(ev) = stream.next().await {
         if let Event::Token { .. } = ev.unwrap() {
@@ -177,7 +182,7 @@ async fn explicit_cancel_ends_with_done_cancelled() {
     let s = session(&engine).await.unwrap();
     let mut req = greedy(s, Input::Text(PROMPT_A.into()), 200);
     req.sampling = no_eog(&model);
-    let mut stream = engine.generate(req);
+    let mut stream = engine.generate(req).await.unwrap();
     let mut run = Run::default();
     while let Some(ev) = stream.next().await {
         let ev = ev.unwrap();
@@ -391,16 +396,35 @@ async fn busy_session_refuses_a_second_generation() {
     let s = session(&engine).await.unwrap();
     let mut req = greedy(s, Input::Text(PROMPT_A.into()), 6);
     req.sampling = no_eog(&model);
-    let first = engine.generate(req.clone());
-    let second = run(&engine, req).await;
+    let first = engine.generate(req.clone()).await.unwrap();
+    // The second request fails at submission: no stream, no waiting.
+    let second = engine.generate(req.clone()).await;
     assert!(
-        second.error.as_deref().is_some_and(|e| e.contains("busy")),
+        matches!(second, Err(EngineError::SessionBusy(id)) if id == s),
         "{second:?}"
     );
     let first = collect(first).await;
     assert_eq!(first.done().generated_tokens, 6);
     // Management commands also wait their turn.
     assert!(matches!(engine.reset_session(s).await, Ok(())));
+    // A cancelled request frees its session at once: the next one starts without waiting
+    // for the engine to notice the cancellation.
+    let mut long = req.clone();
+    long.max_tokens = 10_000;
+    let mut running = engine.generate(long).await.unwrap();
+    assert!(matches!(running.next().await, Some(Ok(_))));
+    drop(running);
+    let next = engine
+        .generate(req)
+        .await
+        .expect("the session is free once cancelled");
+    assert_eq!(collect(next).await.done().generated_tokens, 6);
+    let unknown = greedy(statelm_engine::SessionId(999), Input::Text("x".into()), 2);
+    let refused = engine.generate(unknown).await;
+    assert!(
+        matches!(refused, Err(EngineError::UnknownSession(_))),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test]
@@ -538,7 +562,7 @@ async fn a_slow_reader_does_not_hold_up_other_sessions() {
     );
     let mut req = greedy(a, Input::Text(PROMPT_A.into()), 12);
     req.sampling = no_eog(&model);
-    let slow = engine.generate(req.clone()); // not read for now: its buffer fills up
+    let slow = engine.generate(req.clone()).await.unwrap(); // not read for now: its buffer fills up
     req.session = b;
     let fast = run(&engine, req).await;
     assert_eq!(fast.done().generated_tokens, 12);

@@ -31,14 +31,14 @@ async fn generate(
         .create_session(SessionOptions::default())
         .await
         .unwrap();
-    let run = collect(engine.generate(GenerateRequest {
+    let req = GenerateRequest {
         session: s,
         input: Input::Chat(messages.to_vec()),
         sampling,
         stop: Vec::new(),
         max_tokens: 96,
-    }))
-    .await;
+    };
+    let run = collect(engine.generate(req).await.unwrap()).await;
     (run.tokens.clone(), run.done().clone())
 }
 

@@ -160,7 +160,7 @@ async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
     let prompt = "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve,";
     let mut req = greedy(s, Input::Text(prompt.into()), 200);
     req.sampling = no_eog(&model);
-    let mut stream = engine.generate(req);
+    let mut stream = engine.generate(req).await.unwrap();
     let mut run = Run::default();
     let (mut warned, mut held) = (0, 0);
     while let Some(ev) = stream.next().await {
@@ -366,20 +366,17 @@ async fn mixed_load_keeps_every_session_consistent() {
         PressureLevel::Normal,
     ];
     for (round, &level) in levels.iter().enumerate() {
-        let streams: Vec<_> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| {
-                let input = if round == 0 {
-                    Input::Text(format!("Story {i}: once upon a time"))
-                } else {
-                    Input::Append(" Then".into())
-                };
-                let mut req = greedy(s, input, 6 + i);
-                req.sampling = no_eog(&model);
-                engine.generate(req)
-            })
-            .collect();
+        let mut streams = Vec::new();
+        for (i, &s) in ids.iter().enumerate() {
+            let input = if round == 0 {
+                Input::Text(format!("Story {i}: once upon a time"))
+            } else {
+                Input::Append(" Then".into())
+            };
+            let mut req = greedy(s, input, 6 + i);
+            req.sampling = no_eog(&model);
+            streams.push(engine.generate(req).await.unwrap());
+        }
         let mut handles = Vec::new();
         for (i, mut stream) in streams.into_iter().enumerate() {
             let cut = (round + i) % 3 == 0; // drop this one after two tokens

@@ -631,10 +631,13 @@ int statelm_session_info_json(const struct StatelmEngine *engine, uint64_t sessi
  * after it the callback is not called again for this request. `callback` may be NULL (the
  * events are dropped; use `statelm_wait`).
  *
- * One generation per session at a time: if `session` is generating, this fails with
- * `STATELM_ERR_BUSY` (no event is delivered). Other failures found when the engine takes
- * the request (unknown session, prompt too long, over memory) arrive as the ERROR event,
- * and `statelm_wait` returns their code.
+ * This returns once the engine took the request (within one step of its work: a decoded
+ * token or a prefill chunk). One generation per session at a time: if `session` is
+ * generating, this fails with `STATELM_ERR_BUSY`; an unknown session fails with
+ * `STATELM_ERR_UNKNOWN_SESSION`, out-of-range sampling values with
+ * `STATELM_ERR_INVALID_ARGUMENT` (no event is delivered). A session whose generation was
+ * cancelled is free again at once. Failures found later (prompt too long, over memory)
+ * arrive as the ERROR event, and `statelm_wait` returns their code.
  *
  * # Safety
  * `input_json` and `params_json` must each be NULL or a NUL-terminated string;

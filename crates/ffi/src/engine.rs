@@ -9,9 +9,9 @@
 
 use crate::event::{OwnedEvent, StatelmEventCallback};
 use crate::status::{
-    FfiError, STATELM_ERR_BUSY, STATELM_ERR_INTERNAL, STATELM_ERR_INVALID_HANDLE,
-    STATELM_ERR_MISUSE, STATELM_ERR_PANIC, STATELM_ERR_SHUTTING_DOWN, STATELM_ERR_TIMEOUT,
-    STATELM_ERR_UNKNOWN_REQUEST, STATELM_OK,
+    FfiError, STATELM_ERR_INTERNAL, STATELM_ERR_INVALID_HANDLE, STATELM_ERR_MISUSE,
+    STATELM_ERR_PANIC, STATELM_ERR_SHUTTING_DOWN, STATELM_ERR_TIMEOUT, STATELM_ERR_UNKNOWN_REQUEST,
+    STATELM_OK,
 };
 use futures::StreamExt;
 use statelm_engine::{EngineHandle, GenerateRequest, GenerationStream, RequestId};
@@ -53,8 +53,6 @@ struct Table {
     /// Set by `statelm_engine_free`: no new generation may start.
     closed: bool,
     active: HashMap<u64, Active>,
-    /// Session → the request running on it.
-    busy: HashMap<u64, u64>,
     /// Request → how it ended (`STATELM_OK` or an error), the most recent ones.
     finished: BTreeMap<u64, FfiError>,
     /// The largest request id issued.
@@ -151,7 +149,9 @@ impl FfiEngine {
         IN_CALLBACK.with(Cell::get) == self.id()
     }
 
-    /// Starts `req` and its delivery thread; returns the request id.
+    /// Starts `req` and its delivery thread; returns the request id. Blocks until the engine
+    /// accepted the request (within one step of its work), so that a busy or unknown session
+    /// or bad sampling parameters fail here, with the engine's own verdict.
     pub fn generate(
         self: &Arc<Self>,
         req: GenerateRequest,
@@ -168,14 +168,17 @@ impl FfiEngine {
             ));
         }
         let joins = t.reap();
-        if let Some(running) = t.busy.get(&session) {
-            let msg = format!("session {session} is busy with request {running}");
-            drop(t);
-            join_all(joins);
-            return Err(FfiError::new(STATELM_ERR_BUSY, msg));
-        }
-        let stream = self.handle.generate(req);
+        drop(t);
+        join_all(joins);
+        let stream = self.handle.generate_blocking(req)?;
         let id = stream.request_id().0;
+        let mut t = self.table();
+        if t.closed {
+            return Err(FfiError::new(
+                STATELM_ERR_INVALID_HANDLE,
+                "the engine is being freed",
+            ));
+        }
         t.max_issued = t.max_issued.max(id);
         let me = self.clone();
         let spawned = std::thread::Builder::new()
@@ -187,7 +190,6 @@ impl FfiEngine {
                 format!("could not start a delivery thread: {e}"),
             )
         })?;
-        t.busy.insert(session, id);
         let active = Active {
             thread_id: Some(thread.thread().id()),
             thread: Some(thread),
@@ -195,7 +197,6 @@ impl FfiEngine {
         };
         t.active.insert(id, active);
         drop(t);
-        join_all(joins);
         Ok(id)
     }
 
@@ -225,7 +226,6 @@ impl FfiEngine {
             );
             let e = FfiError::new(STATELM_ERR_PANIC, msg);
             if !terminal_sent {
-                self.release(session, request);
                 let ev = OwnedEvent::error(request, session, e.clone());
                 // A second panic here would only repeat the first; the outcome is recorded.
                 let _ = catch_unwind(AssertUnwindSafe(|| self.call(callback, &user, &ev)));
@@ -234,9 +234,6 @@ impl FfiEngine {
         });
         drop(stream);
         let mut t = self.table();
-        if t.busy.get(&session) == Some(&request) {
-            t.busy.remove(&session);
-        }
         if let Some(a) = t.active.get_mut(&request) {
             a.outcome = Some(outcome);
         }
@@ -256,8 +253,8 @@ impl FfiEngine {
         while let Some(item) = stream.next().await {
             let ev = OwnedEvent::from_item(request, session, item);
             if ev.is_terminal() {
-                // Free the session first, so the callback may start its next generation.
-                self.release(session, request);
+                // The engine freed the session before this event: the callback may start
+                // the session's next generation.
                 *terminal_sent = true;
                 self.call(callback, user, &ev);
                 return ev.outcome_error();
@@ -265,20 +262,11 @@ impl FfiEngine {
             self.call(callback, user, &ev);
         }
         // A stream always ends with DONE or an error; this covers a broken promise.
-        self.release(session, request);
         let e = FfiError::new(STATELM_ERR_SHUTTING_DOWN, "the engine stopped");
         let ev = OwnedEvent::error(request, session, e.clone());
         *terminal_sent = true;
         self.call(callback, user, &ev);
         e
-    }
-
-    /// Marks `session` free if `request` holds it.
-    fn release(&self, session: u64, request: u64) {
-        let mut t = self.table();
-        if t.busy.get(&session) == Some(&request) {
-            t.busy.remove(&session);
-        }
     }
 
     /// Calls the host's callback with `ev`.

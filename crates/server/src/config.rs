@@ -1,7 +1,7 @@
 //! Server configuration.
 
 use statelm_engine::ChatDefaults;
-use statelm_model::Model;
+use statelm_engine::Model;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -144,13 +144,7 @@ impl From<EngineError> for ApiError {
             EngineError::PromptTooLong { .. } => {
                 ApiError::invalid(msg).with_code("context_length_exceeded")
             }
-            EngineError::EmptyPrompt
-            | EngineError::InvalidRequest(_)
-            | EngineError::InvalidSessionName { .. }
-            | EngineError::Tokenizer(_)
-            | EngineError::Model(statelm_model::ModelError::InvalidToken { .. }) => {
-                ApiError::invalid(msg)
-            }
+            e if e.is_invalid_input() => ApiError::invalid(msg),
             EngineError::SessionBusy(_)
             | EngineError::ShuttingDown
             | EngineError::TooManySessions { .. } => ApiError::overloaded(msg),

@@ -1,6 +1,5 @@
-//! Running one generation for a request: take a session, start the engine's stream (waiting
-//! out a session the engine is still releasing), and read it to the end for non-streaming
-//! replies.
+//! Running one generation for a request: take a session, start the engine's stream, and read
+//! it to the end for non-streaming replies.
 
 use crate::error::ApiError;
 use crate::format::event_json;
@@ -13,16 +12,13 @@ use serde_json::Value;
 use statelm_engine::{DoneStats, EngineError, Event, GenerateRequest, GenerationStream, Input};
 use std::time::Duration;
 
-/// How often, and how long apart, a start is retried while the engine still finishes the
-/// session's previous (cancelled) request.
-const BUSY_RETRIES: usize = 200;
-const BUSY_WAIT: Duration = Duration::from_millis(10);
-
 /// A generation that has produced its first event.
 #[derive(Debug)]
 pub(crate) struct Started {
-    pub lease: Lease,
+    /// Declared before the lease: dropped first, it cancels the generation before the session
+    /// returns to the pool, so the pool never lends a session whose request still runs.
     pub stream: GenerationStream,
+    pub lease: Lease,
     pub first: Event,
     /// When the generation must stop (the server's `max_generation_time`).
     pub deadline: tokio::time::Instant,
@@ -87,39 +83,35 @@ pub(crate) async fn start(
     };
     let mut lease = acquire().await?;
     tracing::debug!(session = %lease.id, expected_reuse = lease.expected_reuse, "session taken");
-    let mut attempts = 0;
-    loop {
-        let mut stream = app.engine.generate(GenerateRequest {
-            session: lease.id,
-            input: input.clone(),
-            sampling: params.sampling.clone(),
-            stop: params.stop.clone(),
-            max_tokens: params.max_tokens,
-        });
-        match stream.next().await {
-            Some(Ok(first)) => {
-                let deadline = tokio::time::Instant::now() + app.cfg.max_generation_time;
-                return Ok(Started {
-                    lease,
-                    stream,
-                    first,
-                    deadline,
-                    slot,
-                });
-            }
-            Some(Err(EngineError::SessionBusy(_))) if attempts < BUSY_RETRIES => {
-                attempts += 1;
-                tokio::time::sleep(BUSY_WAIT).await;
-            }
-            Some(Err(EngineError::UnknownSession(_))) if attempts < BUSY_RETRIES => {
-                attempts += 1;
-                lease.forget();
-                lease = acquire().await?;
-            }
-            Some(Err(e)) => return Err(e.into()),
-            None => return Err(EngineError::ShuttingDown.into()),
+    let request = |session| GenerateRequest {
+        session,
+        input: input.clone(),
+        sampling: params.sampling.clone(),
+        stop: params.stop.clone(),
+        max_tokens: params.max_tokens,
+    };
+    let mut stream = match app.engine.generate(request(lease.id)).await {
+        // The engine dropped the session (a contained failure): take another one, once.
+        Err(EngineError::UnknownSession(_)) => {
+            lease.forget();
+            lease = acquire().await?;
+            app.engine.generate(request(lease.id)).await?
         }
-    }
+        started => started?,
+    };
+    let first = match stream.next().await {
+        Some(Ok(first)) => first,
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(EngineError::ShuttingDown.into()),
+    };
+    let deadline = tokio::time::Instant::now() + app.cfg.max_generation_time;
+    Ok(Started {
+        stream,
+        lease,
+        first,
+        deadline,
+        slot,
+    })
 }
 
 /// A whole generation, read to the end.
@@ -132,6 +124,7 @@ pub(crate) struct Collected {
 
 /// Reads a started generation to the end (cancelling it if the server shuts down).
 pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, ApiError> {
+    // Bindings drop in reverse order: the stream (cancelling) before the lease.
     let Started {
         mut lease,
         mut stream,

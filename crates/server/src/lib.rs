@@ -20,7 +20,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use statelm_engine::{Engine, EngineConfig};
 //! use statelm_server::{serve, ServerConfig};
-//! let model = statelm_model::Model::load("gemma-3-270m-q4_k_m.gguf", &Default::default())?;
+//! let model = statelm_engine::Model::load("gemma-3-270m-q4_k_m.gguf", &Default::default())?;
 //! let engine = Engine::start(model.clone(), EngineConfig::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! serve(listener, engine, ServerConfig::new(model, "gemma3-270m")).await?;

@@ -38,16 +38,18 @@ async fn answer(
 ) -> Result<(Vec<u32>, Value)> {
     let engine = Engine::start(model.clone(), EngineConfig::default());
     let session = engine.create_session(SessionOptions::default()).await?;
-    let mut stream = engine.generate(GenerateRequest {
-        session,
-        input: Input::Chat(vec![ChatMessage::new("user", prompt)]),
-        sampling: SamplingParams {
-            lookup,
-            ..SamplingParams::greedy()
-        },
-        stop: Vec::new(),
-        max_tokens,
-    });
+    let mut stream = engine
+        .generate(GenerateRequest {
+            session,
+            input: Input::Chat(vec![ChatMessage::new("user", prompt)]),
+            sampling: SamplingParams {
+                lookup,
+                ..SamplingParams::greedy()
+            },
+            stop: Vec::new(),
+            max_tokens,
+        })
+        .await?;
     let (mut tokens, mut done) = (Vec::new(), None);
     while let Some(ev) = stream.next().await {
         match ev? {

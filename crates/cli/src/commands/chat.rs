@@ -357,13 +357,16 @@ impl<'a> Repl<'a> {
     /// One user message and its streamed answer.
     async fn turn(&mut self, text: &str, interrupts: &mut mpsc::Receiver<()>) -> Result<()> {
         let (session, input) = self.prepare(text).await?;
-        let mut stream = self.engine.generate(GenerateRequest {
-            session,
-            input,
-            sampling: self.sampling(),
-            stop: Vec::new(),
-            max_tokens: self.args.max_tokens.unwrap_or(self.defaults.max_tokens),
-        });
+        let mut stream = self
+            .engine
+            .generate(GenerateRequest {
+                session,
+                input,
+                sampling: self.sampling(),
+                stop: Vec::new(),
+                max_tokens: self.args.max_tokens.unwrap_or(self.defaults.max_tokens),
+            })
+            .await?;
         let (mut answer, mut line_open, mut cancelled) = (String::new(), false, false);
         let mut out = std::io::stdout();
         let done = loop {

@@ -156,13 +156,15 @@ pub fn run(args: &RunArgs, ctx: &Ctx) -> Result<()> {
 async fn generate(args: &RunArgs, engine: &EngineHandle, budget: usize) -> Result<bool> {
     let style = Style::detect();
     let session = engine.create_session(SessionOptions::default()).await?;
-    let mut stream = engine.generate(GenerateRequest {
-        session,
-        input: args.input(),
-        sampling: args.sampling(),
-        stop: args.stop.clone(),
-        max_tokens: args.max_tokens,
-    });
+    let mut stream = engine
+        .generate(GenerateRequest {
+            session,
+            input: args.input(),
+            sampling: args.sampling(),
+            stop: args.stop.clone(),
+            max_tokens: args.max_tokens,
+        })
+        .await?;
     if style.out_tty && !args.json && !args.chat {
         print!("{}", style.dim_out(&args.prompt));
     }

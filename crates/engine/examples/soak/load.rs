@@ -364,7 +364,13 @@ fn sampling(model: &Model, cfg: &LoadConfig, turn: usize) -> SamplingParams {
 
 /// Runs one turn and records what its stream said.
 async fn run_turn(engine: &EngineHandle, req: GenerateRequest, rec: &mut TurnRecord) {
-    let mut stream = engine.generate(req);
+    let mut stream = match engine.generate(req).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            rec.error = Some(e.to_string());
+            return;
+        }
+    };
     while let Some(item) = stream.next().await {
         let ev = match item {
             Ok(ev) => ev,

@@ -103,7 +103,13 @@ pub fn no_eog(model: &Model) -> SamplingParams {
 
 /// Runs one request to the end.
 pub async fn run(engine: &EngineHandle, req: GenerateRequest) -> Run {
-    collect(engine.generate(req)).await
+    match engine.generate(req).await {
+        Ok(stream) => collect(stream).await,
+        Err(e) => Run {
+            error: Some(e.to_string()),
+            ..Run::default()
+        },
+    }
 }
 
 /// Creates a session with default options.

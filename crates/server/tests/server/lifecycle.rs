@@ -292,3 +292,37 @@ async fn health_follows_the_engine_thread() {
     let r = request(a, "POST", "/v1/completions", Some(KEY), body.as_bytes()).await;
     assert_eq!(r.status, 503, "{}", r.text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_request_on_a_busy_conversation_fails_at_once() {
+    let Some(server) = start(|e, s| {
+        e.session_dir = Some(e.spill_dir.join("sessions"));
+        s.durable_sessions = true;
+    })
+    .await
+    else {
+        return;
+    };
+    let a = server.addr;
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}],
+                      "max_tokens": 4000, "temperature": 0, "stream": true, "user": "alice",
+                      "logit_bias": no_eog(&server.model)});
+    let mut conn = http::open(a, CHAT, Some(KEY), body.to_string().as_bytes()).await;
+    let got = http::read_events(&mut conn, 4).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    // The same conversation again while the first request streams: refused at once (no
+    // waiting for the first to end), and the first one is still running afterwards.
+    let second = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                        "user": "alice"});
+    let r = request(a, "POST", CHAT, Some(KEY), second.to_string().as_bytes()).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("is running"), "{}", r.text());
+    let page = metrics(a).await;
+    assert_eq!(metric(&page, "statelm_active_generations"), 1.0, "{page}");
+    // Another conversation runs beside it.
+    let other = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                       "user": "bob"});
+    let r = request(a, "POST", CHAT, Some(KEY), other.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(conn);
+}
