@@ -65,18 +65,18 @@ pub(crate) fn load_model(ctx: &Ctx, arg: Option<&str>) -> Result<Loaded> {
 /// `--tier`: picks (or makes) the variant for this device and says what it chose, in one line;
 /// the tier's token budget applies unless the command line gives one.
 fn load_tiered(ctx: &Ctx, arg: Option<&str>, tier: crate::TierArg) -> Result<Loaded> {
-    use statelm_model::tier::{load_for_device, TierOverrides};
+    use statelm_plan::tier::{load_for_device, TierOverrides};
     let path = match arg.map(std::path::Path::new) {
         Some(dir) if dir.is_dir() => dir.to_path_buf(),
         _ => ctx.model_path(arg, false)?,
     };
     let profile = crate::commands::device::profile()?;
-    let mem = crate::commands::device::memory_of(&profile);
     let ov = TierOverrides {
         quant: tier.quant,
         budget: None,
     };
-    let (model, choice) = load_for_device(&[path], &mem, tier.policy, &ov, &ctx.load_options())?;
+    let (model, choice) =
+        load_for_device(&[path], &profile, tier.policy, &ov, &ctx.load_options())?;
     eprintln!("{}", choice.summary);
     Ok(Loaded {
         path: choice.path,

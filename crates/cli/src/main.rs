@@ -44,13 +44,13 @@ struct Cli {
 #[derive(Debug, Clone, Copy)]
 pub struct TierArg {
     /// How to choose.
-    pub policy: statelm_model::tier::TierPolicy,
+    pub policy: statelm_plan::TierPolicy,
     /// Forced precision, if any.
-    pub quant: Option<statelm_model::tier::QuantTier>,
+    pub quant: Option<statelm_plan::QuantTier>,
 }
 
 fn parse_tier(s: &str) -> Result<TierArg, String> {
-    use statelm_model::tier::{QuantTier, TierPolicy};
+    use statelm_plan::{QuantTier, TierPolicy};
     if let Ok(policy) = s.parse::<TierPolicy>() {
         return Ok(TierArg {
             policy,

@@ -84,4 +84,4 @@ pub use sampling_check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_model::{LoadOptions, Model};
 pub use statelm_tokenizer::ChatMessage;
-pub use tier::{apply_device_tier, device_memory, device_tier, kv_type_of};
+pub use tier::{apply_device_tier, device_tier, kv_type_of};

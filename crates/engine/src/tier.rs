@@ -1,21 +1,10 @@
-//! The device's tier as an engine configuration: the one place where a governor
-//! [`DeviceProfile`] becomes a model [`DeviceMemory`] and a tier becomes engine settings, used
-//! by the CLI (`--tier`) and the C ABI (`"tier": "auto"`) alike.
+//! The device's tier as an engine configuration: the one place where a tier becomes engine
+//! settings, used by the CLI (`--tier`) and the C ABI (`"tier": "auto"`) alike.
 
 use crate::config::EngineConfig;
 use statelm_governor::DeviceProfile;
-use statelm_model::tier::{default_tier, DeviceMemory, QuantTier, Tier, TierOverrides};
 use statelm_model::KvType;
-
-/// The tier-relevant memory of a device profile: physical RAM, the per-process ceiling
-/// (cgroup limit, or the per-app room an Apple device reports), and a simulated device's name.
-pub fn device_memory(p: &DeviceProfile) -> DeviceMemory {
-    DeviceMemory {
-        physical: p.physical_memory,
-        ceiling: p.cgroup_limit,
-        name: p.name.clone(),
-    }
-}
+use statelm_plan::tier::{default_tier, QuantTier, Tier, TierOverrides};
 
 /// The KV cache element type of a tier: f16 beside int8 weights; q8_0 beside 4-bit weights,
 /// on the devices with less memory, where the cache's bytes matter most.
@@ -28,7 +17,7 @@ pub fn kv_type_of(t: &Tier) -> KvType {
 
 /// The default tier of `profile` (no overrides): what [`apply_device_tier`] applies.
 pub fn device_tier(profile: &DeviceProfile) -> Tier {
-    default_tier(&device_memory(profile), &TierOverrides::default())
+    default_tier(profile, &TierOverrides::default())
 }
 
 /// Applies the default tier of `profile` to `config`: its token budget (unless `budget` is
@@ -42,7 +31,7 @@ pub fn apply_device_tier(
         quant: None,
         budget,
     };
-    let tier = default_tier(&device_memory(profile), &ov);
+    let tier = default_tier(profile, &ov);
     config.token_budget = tier.token_budget;
     config.session_capacity = config.session_capacity.max(tier.token_budget);
     config.kv_type = kv_type_of(&tier);

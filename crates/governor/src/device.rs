@@ -106,6 +106,30 @@ impl DeviceProfile {
         profile
     }
 
+    /// A device of `physical` bytes of RAM under an optional per-process `ceiling` (what a
+    /// tier decision looks at); CPU and SIMD are this machine's.
+    pub fn with_memory(physical: u64, ceiling: Option<u64>) -> DeviceProfile {
+        let mut p = DeviceProfile::simulated("", physical);
+        p.name = None;
+        p.cgroup_limit = ceiling;
+        p.available_memory = ceiling.map_or(physical, |c| c.min(physical));
+        p
+    }
+
+    /// Its memory in one line, e.g. `"4.0 GiB (ceiling; RAM 64.0 GiB)"`, after the device's
+    /// name when simulated.
+    pub fn describe_memory(&self) -> String {
+        let name = (self.name.as_deref()).map_or(String::new(), |n| format!("{n}: "));
+        match self.cgroup_limit {
+            Some(c) if c < self.physical_memory => format!(
+                "{name}{} (ceiling; RAM {})",
+                crate::format_bytes(self.effective_memory()),
+                crate::format_bytes(self.physical_memory)
+            ),
+            _ => format!("{name}{} (RAM)", crate::format_bytes(self.physical_memory)),
+        }
+    }
+
     /// The memory the process can count on: min of physical RAM and the ceiling.
     pub fn effective_memory(&self) -> u64 {
         self.cgroup_limit

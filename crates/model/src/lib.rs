@@ -31,14 +31,12 @@ pub mod kv;
 mod model;
 mod names;
 pub mod ops;
-pub mod plan;
 pub mod quantize;
 pub mod rope;
 mod scratch;
 mod snapshot;
 mod state;
 pub mod testing;
-pub mod tier;
 mod weights;
 
 pub use config::{Arch, ModelConfig};

@@ -1,9 +1,8 @@
-//! The names of the model's configuration values — KV cache type, numerics, weight tier and
-//! tier policy — parsed in one place (`FromStr`), for the command line, the C ABI and the
+//! The names of the model's configuration values — KV cache type and numerics (the plan crate's
+//! weight tier and tier policy use the same error) — parsed in one place (`FromStr`), for the command line, the C ABI and the
 //! tools alike, with one error that lists what is accepted.
 
 use crate::kv::KvType;
-use crate::tier::{QuantTier, TierPolicy};
 use crate::Numerics;
 use std::str::FromStr;
 
@@ -52,20 +51,6 @@ impl FromStr for Numerics {
     }
 }
 
-impl FromStr for QuantTier {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        named(QuantTier::parse(s), s, "tier", "q8_0, q4")
-    }
-}
-
-impl FromStr for TierPolicy {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        named(TierPolicy::parse(s), s, "tier policy", "default, fit")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,8 +61,6 @@ mod tests {
         assert_eq!("F16".parse::<KvType>(), Ok(KvType::F16));
         assert_eq!("llama-cpp".parse::<Numerics>(), Ok(Numerics::LlamaCpp));
         assert_eq!("fast".parse::<Numerics>(), Ok(Numerics::Fast));
-        assert_eq!("int4".parse::<QuantTier>(), Ok(QuantTier::Q4));
-        assert_eq!("fit".parse::<TierPolicy>(), Ok(TierPolicy::Fit));
         let e = "f8".parse::<KvType>().unwrap_err();
         assert_eq!(e.to_string(), "unknown KV type \"f8\" (f32, f16, q8_0)");
         let e = "exact".parse::<Numerics>().unwrap_err();

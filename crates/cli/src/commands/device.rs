@@ -4,12 +4,7 @@
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use statelm_governor::{format_bytes, DeviceProfile};
-use statelm_model::tier::{default_tier, DeviceMemory, Tier, TierOverrides};
-
-/// The tier-relevant memory of a profile.
-pub fn memory_of(p: &DeviceProfile) -> DeviceMemory {
-    statelm_engine::device_memory(p)
-}
+use statelm_plan::tier::{default_tier, Tier, TierOverrides};
 
 /// The profile from the environment (detected, or simulated by the `STATELM_DEVICE*` variables).
 pub fn profile() -> Result<DeviceProfile> {
@@ -66,7 +61,7 @@ pub fn print_text(p: &DeviceProfile, tier: &Tier) {
 /// Prints the device profile.
 pub fn print(json: bool) -> Result<()> {
     let p = profile()?;
-    let tier = default_tier(&memory_of(&p), &TierOverrides::default());
+    let tier = default_tier(&p, &TierOverrides::default());
     if json {
         println!("{}", serde_json::to_string_pretty(&to_json(&p, &tier))?);
     } else {

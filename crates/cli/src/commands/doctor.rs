@@ -3,7 +3,7 @@
 use crate::commands::device;
 use crate::Ctx;
 use anyhow::Result;
-use statelm_model::tier::{default_tier, TierOverrides};
+use statelm_plan::tier::{default_tier, TierOverrides};
 
 /// Describe this device (memory, cgroup ceiling, CPUs, SIMD, kernels, default tier) and the
 /// memory-pressure sources the governor will listen to.
@@ -21,7 +21,7 @@ pub struct DoctorArgs {
 pub fn run(args: &DoctorArgs, ctx: &Ctx) -> Result<()> {
     let _ = ctx;
     let p = device::profile()?;
-    let tier = default_tier(&device::memory_of(&p), &TierOverrides::default());
+    let tier = default_tier(&p, &TierOverrides::default());
     let sources = statelm_governor::describe_sources();
     if args.json {
         let mut v = device::to_json(&p, &tier);

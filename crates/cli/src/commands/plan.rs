@@ -4,16 +4,16 @@ use crate::commands::device;
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use statelm_governor::{format_bytes, parse_bytes, DeviceSpec};
-use statelm_model::plan::{
+use statelm_governor::{format_bytes, parse_bytes, DeviceProfile, DeviceSpec};
+use statelm_model::{KvType, LoadOptions};
+use statelm_plan::capacity::{
     max_params_that_fit, plan, Footprint, ModelSketch, PlanOptions, REFERENCE_SHAPES,
     RUNTIME_BASE_BYTES, THREAD_STACK_BYTES,
 };
-use statelm_model::tier::{
-    choose_tier, default_tier, discover_variants, DeviceMemory, QuantTier, TierOverrides,
-    TierPolicy, SAFETY_MARGIN,
+use statelm_plan::tier::{
+    choose_tier, default_tier, discover_variants, QuantTier, TierOverrides, TierPolicy,
+    SAFETY_MARGIN,
 };
-use statelm_model::{KvType, LoadOptions};
 use std::path::Path;
 
 /// Capacity planner: the memory a model needs at a context, line by line, against a device's
@@ -76,7 +76,7 @@ pub fn run(args: &PlanArgs, ctx: &Ctx) -> Result<()> {
     } else {
         statelm_model::default_threads()
     });
-    opts.ceiling = Some(mem.effective());
+    opts.ceiling = Some(mem.effective_memory());
     let path = ctx.model_path(args.model.as_deref(), args.json)?;
     let file = statelm_gguf::GgufFile::open(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -93,8 +93,8 @@ pub fn run(args: &PlanArgs, ctx: &Ctx) -> Result<()> {
     let tiers = tier_lines(&path, &mem, &opts, &ov)?;
     if args.json {
         let mut v = footprint_json(&f, &sketch);
-        v["memory"] = json!({"description": mem.describe(), "physical": mem.physical,
-                             "ceiling": mem.ceiling, "effective": mem.effective()});
+        v["memory"] = json!({"description": mem.describe_memory(), "physical": mem.physical_memory,
+                             "ceiling": mem.cgroup_limit, "effective": mem.effective_memory()});
         v["tiers"] = json!(tiers
             .iter()
             .map(|(p, t)| json!({"policy": p, "line": t}))
@@ -110,7 +110,7 @@ pub fn run(args: &PlanArgs, ctx: &Ctx) -> Result<()> {
 }
 
 /// The ceiling: `--device`, `--memory`, or this machine (environment-aware).
-fn target_memory(args: &PlanArgs) -> Result<DeviceMemory> {
+fn target_memory(args: &PlanArgs) -> Result<DeviceProfile> {
     if let Some(id) = &args.device {
         let Some(d) = statelm_governor::device(id) else {
             let ids: Vec<String> = statelm_governor::devices()
@@ -119,27 +119,19 @@ fn target_memory(args: &PlanArgs) -> Result<DeviceMemory> {
                 .collect();
             bail!("unknown device {id:?} (known: {})", ids.join(", "));
         };
-        return Ok(DeviceMemory {
-            physical: d.ram,
-            ceiling: Some(d.app_ceiling),
-            name: Some(d.id),
-        });
+        return Ok(DeviceProfile::for_device(&d));
     }
     if let Some(m) = &args.memory {
         let bytes = parse_bytes(m).with_context(|| format!("bad --memory {m:?}"))?;
-        return Ok(DeviceMemory {
-            physical: bytes,
-            ceiling: None,
-            name: Some(format!("--memory {m}")),
-        });
+        return Ok(DeviceProfile::simulated(&format!("--memory {m}"), bytes));
     }
-    Ok(device::memory_of(&device::profile()?))
+    device::profile()
 }
 
 /// Both policies' decisions for this model on this device.
 fn tier_lines(
     path: &Path,
-    mem: &DeviceMemory,
+    mem: &DeviceProfile,
     o: &PlanOptions,
     ov: &TierOverrides,
 ) -> Result<Vec<(String, String)>> {
@@ -206,7 +198,7 @@ fn footprint_json(f: &Footprint, s: &ModelSketch) -> Value {
     })
 }
 
-fn print_footprint(f: &Footprint, s: &ModelSketch, mem: &DeviceMemory) {
+fn print_footprint(f: &Footprint, s: &ModelSketch, mem: &DeviceProfile) {
     let c = &s.config;
     let window = c
         .sliding_window
@@ -228,7 +220,7 @@ fn print_footprint(f: &Footprint, s: &ModelSketch, mem: &DeviceMemory) {
         o.ubatch,
         o.threads
     );
-    println!("ceiling       {}", mem.describe());
+    println!("ceiling       {}", mem.describe_memory());
     println!();
     for (label, bytes) in f.lines() {
         println!("{label:<30}{:>12}", format_bytes(bytes));
@@ -296,7 +288,10 @@ struct GuideRow {
 
 /// The tier the default policy gives a device with `ram` of physical memory.
 fn tier_at(ram: u64, ceiling: Option<u64>) -> (QuantTier, usize) {
-    let t = default_tier(&DeviceMemory::new(ram, ceiling), &TierOverrides::default());
+    let t = default_tier(
+        &DeviceProfile::with_memory(ram, ceiling),
+        &TierOverrides::default(),
+    );
     (t.quant, t.token_budget)
 }
 

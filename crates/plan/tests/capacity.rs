@@ -6,9 +6,9 @@
 //! measured in a child process (`RssAnon` of /proc/self/status) so other tests cannot skew it.
 
 use statelm_gguf::GgufFile;
-use statelm_model::plan::{plan, tokenizer_bytes, ModelSketch, PlanOptions};
 use statelm_model::quantize::SAMPLE_TEXT;
 use statelm_model::{testing, KvType, LoadOptions, Model, StateOptions};
+use statelm_plan::capacity::{plan, tokenizer_bytes, ModelSketch, PlanOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -2,33 +2,28 @@
 //! and applying a tier to a set of GGUF variants (pick a file, or requantize in memory).
 
 use statelm_gguf::GgmlType;
-use statelm_model::plan::{plan, ModelSketch, PlanOptions};
+use statelm_governor::DeviceProfile;
 use statelm_model::quantize::{quantize_file, QuantTarget, QuantizeOptions};
 use statelm_model::testing::{self, write_synthetic_model, SyntheticSpec};
-use statelm_model::tier::{
-    choose_tier, default_tier, discover_variants, fit_tier, load_for_device, DeviceMemory,
-    QuantTier, TierOverrides, TierPolicy, MIN_BUDGET, Q8_BUDGET, SAFETY_MARGIN,
-};
 use statelm_model::{Arch, LoadOptions};
+use statelm_plan::capacity::{plan, ModelSketch, PlanOptions};
+use statelm_plan::tier::{
+    choose_tier, default_tier, discover_variants, fit_tier, load_for_device, QuantTier,
+    TierOverrides, TierPolicy, MIN_BUDGET, Q8_BUDGET, SAFETY_MARGIN,
+};
 use std::path::PathBuf;
 
 const GIB: u64 = 1 << 30;
 
 /// 4, 6, 8 and 12 GiB devices, and a 64 GiB host whose cgroup allows 1 GiB.
-fn devices() -> Vec<DeviceMemory> {
-    let mut v: Vec<DeviceMemory> = [4, 6, 8, 12]
+fn devices() -> Vec<DeviceProfile> {
+    let mut v: Vec<DeviceProfile> = [4, 6, 8, 12]
         .iter()
-        .map(|g| DeviceMemory {
-            physical: g * GIB,
-            ceiling: None,
-            name: Some(format!("{g} GiB device")),
-        })
+        .map(|g| DeviceProfile::simulated(&format!("{g} GiB device"), g * GIB))
         .collect();
-    v.push(DeviceMemory {
-        physical: 64 * GIB,
-        ceiling: Some(GIB),
-        name: Some("64 GiB host, 1 GiB cgroup".into()),
-    });
+    let mut host = DeviceProfile::simulated("64 GiB host, 1 GiB cgroup", 64 * GIB);
+    host.cgroup_limit = Some(GIB);
+    v.push(host);
     v
 }
 
@@ -46,7 +41,7 @@ fn default_policy_matrix() {
         let t = default_tier(mem, &TierOverrides::default());
         eprintln!(
             "default {:>28}: {} / {} — {}",
-            mem.describe(),
+            mem.describe_memory(),
             t.quant.name(),
             t.token_budget,
             t.reason
@@ -73,10 +68,10 @@ fn default_policy_matrix() {
 /// an "8 GB" Android phone whose kernel reports 7.4 GiB counts as 8 GB.
 #[test]
 fn default_tier_rows_of_the_iphone_guide() {
-    let device = |name: &str, physical: u64, ceiling: u64| DeviceMemory {
-        physical,
-        ceiling: Some(ceiling),
-        name: Some(name.into()),
+    let device = |name: &str, physical: u64, ceiling: u64| {
+        let mut d = DeviceProfile::simulated(name, physical);
+        d.cgroup_limit = Some(ceiling);
+        d
     };
     let rows = [
         (
@@ -126,7 +121,7 @@ fn default_tier_rows_of_the_iphone_guide() {
             (t.quant, t.token_budget),
             (quant, budget),
             "{}: {}",
-            mem.describe(),
+            mem.describe_memory(),
             t.reason
         );
     }
@@ -171,13 +166,13 @@ fn fit_policy_matrix() {
             eprintln!(
                 "fit {:.0}B {:>28}: {} / {} — {}",
                 params as f64 / 1e9,
-                mem.describe(),
+                mem.describe_memory(),
                 t.quant.name(),
                 t.token_budget,
                 t.reason
             );
             assert!(!t.reason.is_empty());
-            let usable = (mem.effective() as f64 * (1.0 - SAFETY_MARGIN)) as u64;
+            let usable = (mem.effective_memory() as f64 * (1.0 - SAFETY_MARGIN)) as u64;
             let order = search_order(Q8_BUDGET);
             let first_fit = order.iter().position(|&(q, b)| f(q, b).unwrap() <= usable);
             match first_fit {
@@ -212,7 +207,7 @@ fn fit_prefers_a_smaller_budget_to_a_lower_precision() {
             QuantTier::Q4 => 400 << 20,
         })
     };
-    let mem = DeviceMemory::new(GIB, None);
+    let mem = DeviceProfile::with_memory(GIB, None);
     let t = fit_tier(&mem, &TierOverrides::default(), 2048, &f);
     assert_eq!(
         (t.quant, t.token_budget),
@@ -276,8 +271,8 @@ fn applying_a_tier_picks_or_requantizes_a_variant() {
         ..LoadOptions::default()
     };
     let (small, big) = (
-        DeviceMemory::new(4 * GIB, None),
-        DeviceMemory::new(12 * GIB, None),
+        DeviceProfile::with_memory(4 * GIB, None),
+        DeviceProfile::with_memory(12 * GIB, None),
     );
     let ov = TierOverrides::default();
     // Only F16: both tiers requantize in memory.
@@ -351,7 +346,7 @@ fn real_model_requantized_at_load() {
     quantize_file(&gemma, &q8, &QuantizeOptions::new(QuantTarget::Q8_0)).unwrap();
     let opts = LoadOptions::default();
     let ov = TierOverrides::default();
-    let small = DeviceMemory::new(4 * GIB, None);
+    let small = DeviceProfile::with_memory(4 * GIB, None);
     // Both files: the 4 GiB device gets the Q4_K_M file as it is.
     let both = [gemma.clone(), q8.clone()];
     let (_, choice) = load_for_device(&both, &small, TierPolicy::Default, &ov, &opts).unwrap();
@@ -379,7 +374,7 @@ fn real_model_requantized_at_load() {
     let t = choose_tier(&variants, cg, TierPolicy::Fit, &ov, &opts).unwrap();
     eprintln!(
         "fit on {}: {} / {} — {}",
-        cg.describe(),
+        cg.describe_memory(),
         t.quant.name(),
         t.token_budget,
         t.reason

@@ -9,7 +9,7 @@
 //!   values in the cache type, plus a 4-byte position per cell, allocated 256 cells at a time up
 //!   to the layer's maximum: the context for global layers, `min(window + ubatch, context)` for
 //!   sliding-window layers (which therefore stop growing);
-//! - **scratch**: the forward pass's buffers (the compute thread's [`crate::Scratch`], one per
+//! - **scratch**: the forward pass's buffers (the compute thread's [`statelm_model::Scratch`], one per
 //!   engine whatever the number of States) after a prefill of `context` tokens in
 //!   micro-batches of `ubatch` (residual and sub-block outputs, q/k/v, attention output, the
 //!   two FFN halves, the f32 copies of one layer's cache, the quantized activations per
@@ -23,11 +23,11 @@
 //! `State::bytes() + Scratch::bytes()` equals `kv + scratch + token history` (tested on the
 //! real models).
 
-use crate::config::{Arch, FfnActivation, ModelConfig, RopeStyle};
-use crate::kv::KvType;
-use crate::quantize::{choose_types, QuantTarget};
-use crate::ModelError;
 use statelm_gguf::{Array, GgmlType, GgufFile, Value};
+use statelm_model::config::{Arch, FfnActivation, ModelConfig, RopeStyle};
+use statelm_model::kv::KvType;
+use statelm_model::quantize::{choose_types, QuantTarget};
+use statelm_model::ModelError;
 use std::path::Path;
 
 /// Code, static data, allocator arenas and the engine's own structures (a stated constant).
@@ -58,7 +58,7 @@ impl PlanOptions {
         PlanOptions {
             context,
             kv_type: KvType::F16,
-            ubatch: crate::LoadOptions::default().ubatch,
+            ubatch: statelm_model::LoadOptions::default().ubatch,
             threads: 4,
             logits_rows: 1,
             ceiling: None,
@@ -130,7 +130,7 @@ pub struct Footprint {
     pub kv_per_token_beyond_window: u64,
     /// KV cache bytes with `context` tokens (allocated cells).
     pub kv_at_context: u64,
-    /// The compute thread's scratch buffers ([`crate::Scratch`]: one per engine, not per State).
+    /// The compute thread's scratch buffers ([`statelm_model::Scratch`]: one per engine, not per State).
     pub scratch: u64,
     /// The State's token history.
     pub token_history: u64,
@@ -327,12 +327,12 @@ pub fn tokenizer_bytes(t: &TokenizerSize) -> u64 {
 
 /// The cells layer `il` may hold: the context, or the sliding window plus a micro-batch.
 fn max_cells(c: &ModelConfig, il: usize, context: usize, ubatch: usize) -> usize {
-    crate::kv::layer_cells(c, il, context, Some(ubatch))
+    statelm_model::kv::layer_cells(c, il, context, Some(ubatch))
 }
 
-/// KV cache bytes once `n` tokens are in a state of capacity `context` ([`crate::kv::kv_bytes_for`]).
+/// KV cache bytes once `n` tokens are in a state of capacity `context` ([`statelm_model::kv::kv_bytes_for`]).
 pub fn kv_bytes(c: &ModelConfig, kv: KvType, context: usize, ubatch: usize, n: usize) -> u64 {
-    crate::kv::kv_bytes_for(c, kv, context, Some(ubatch), n)
+    statelm_model::kv::kv_bytes_for(c, kv, context, Some(ubatch), n)
 }
 
 /// `Vec` growth: a request above the capacity doubles it (or grows to the request).
@@ -401,7 +401,7 @@ fn acts_bytes(s: &ModelSketch, n: usize, logit_rows: usize) -> usize {
 /// Plans `sketch` under `opts`.
 pub fn plan(sketch: &ModelSketch, opts: &PlanOptions) -> Footprint {
     let c = &sketch.config;
-    let per_cell = crate::kv::cell_bytes(c, opts.kv_type);
+    let per_cell = statelm_model::kv::cell_bytes(c, opts.kv_type);
     let n_global = (0..c.n_layer).filter(|&il| !c.is_swa_layer(il)).count() as u64;
     let weights_total = sketch.weights_total();
     let kv_at_context = kv_bytes(c, opts.kv_type, opts.context, opts.ubatch, opts.context);

@@ -11,13 +11,14 @@
 //!
 //! `--quant` / `--budget` overrides win over both. Every decision carries a one-line reason.
 //!
-//! This module does not depend on the governor crate: callers turn their `DeviceProfile` into a
-//! [`DeviceMemory`] (`physical_memory`, `cgroup_limit`, `name`).
+//! A device is a governor [`DeviceProfile`]: detected, simulated from the device list, or
+//! given as RAM and a ceiling ([`DeviceProfile::with_memory`]).
 
-use crate::plan::{plan, ModelSketch, PlanOptions};
-use crate::quantize::{quantize_to_bytes, QuantTarget, QuantizeOptions};
-use crate::{LoadOptions, Model, ModelConfig, ModelError};
+use crate::capacity::{plan, ModelSketch, PlanOptions};
 use statelm_gguf::{GgmlType, GgufFile};
+use statelm_governor::{format_bytes, DeviceProfile};
+use statelm_model::quantize::{quantize_to_bytes, QuantTarget, QuantizeOptions};
+use statelm_model::{LoadOptions, Model, ModelConfig, ModelError, UnknownName};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,49 +90,6 @@ impl QuantTier {
     }
 }
 
-/// The device memory a tier decision looks at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceMemory {
-    /// Physical RAM.
-    pub physical: u64,
-    /// The per-process ceiling (cgroup limit, or a simulated device's per-app ceiling).
-    pub ceiling: Option<u64>,
-    /// The device's name when simulated.
-    pub name: Option<String>,
-}
-
-impl DeviceMemory {
-    /// `physical` bytes of RAM under an optional ceiling.
-    pub fn new(physical: u64, ceiling: Option<u64>) -> DeviceMemory {
-        DeviceMemory {
-            physical,
-            ceiling,
-            name: None,
-        }
-    }
-
-    /// The memory the process can count on: the lower of RAM and the ceiling.
-    pub fn effective(&self) -> u64 {
-        self.ceiling.map_or(self.physical, |c| c.min(self.physical))
-    }
-
-    /// E.g. `"4.0 GiB (cgroup/app ceiling; RAM 64.0 GiB)"`.
-    pub fn describe(&self) -> String {
-        let name = self
-            .name
-            .as_deref()
-            .map_or(String::new(), |n| format!("{n}: "));
-        match self.ceiling {
-            Some(c) if c < self.physical => format!(
-                "{name}{} (ceiling; RAM {})",
-                gib(self.effective()),
-                gib(self.physical)
-            ),
-            _ => format!("{name}{} (RAM)", gib(self.physical)),
-        }
-    }
-}
-
 /// How the tier is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TierPolicy {
@@ -150,6 +108,28 @@ impl TierPolicy {
             "fit" => Some(TierPolicy::Fit),
             _ => None,
         }
+    }
+}
+
+impl std::str::FromStr for QuantTier {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        QuantTier::parse(s).ok_or_else(|| UnknownName {
+            what: "tier",
+            got: s.to_string(),
+            accepted: "q8_0, q4",
+        })
+    }
+}
+
+impl std::str::FromStr for TierPolicy {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TierPolicy::parse(s).ok_or_else(|| UnknownName {
+            what: "tier policy",
+            got: s.to_string(),
+            accepted: "default, fit",
+        })
     }
 }
 
@@ -173,23 +153,12 @@ pub struct Tier {
     pub reason: String,
 }
 
-/// `1.23 GiB` / `456 MiB`.
-pub(crate) fn gib(b: u64) -> String {
-    if b >= 1 << 30 {
-        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-    } else if b >= 1 << 20 {
-        format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
-    } else {
-        format!("{:.0} KiB", b as f64 / 1024.0)
-    }
-}
-
 /// The default policy, the iPhone tiering statelm follows: a device with 8 GB of physical
 /// memory or more (as sold: [`Q8_MIN_PHYSICAL`] counts) → Q8_0 weights and a 2048-token
 /// budget, else 4-bit weights and 1024; overrides win. The gate is the RAM, not the per-app
 /// ceiling: the ceiling decides what fits (the fit policy, the planner and the governor).
-pub fn default_tier(mem: &DeviceMemory, ov: &TierOverrides) -> Tier {
-    let big = mem.physical >= Q8_MIN_PHYSICAL;
+pub fn default_tier(mem: &DeviceProfile, ov: &TierOverrides) -> Tier {
+    let big = mem.physical_memory >= Q8_MIN_PHYSICAL;
     let (quant, budget) = if big {
         (QuantTier::Q8_0, Q8_BUDGET)
     } else {
@@ -197,7 +166,7 @@ pub fn default_tier(mem: &DeviceMemory, ov: &TierOverrides) -> Tier {
     };
     let reason = format!(
         "physical memory {} {} 8 GiB → {} weights, {budget} tokens",
-        mem.describe(),
+        mem.describe_memory(),
         if big { "≥" } else { "<" },
         quant.name()
     );
@@ -238,12 +207,12 @@ fn budgets(budget: usize, fixed: bool) -> Vec<usize> {
 /// The fit policy. `footprint(quant, budget)` is the planned total for that precision and
 /// budget, or `None` when no variant of that precision can be provided.
 pub fn fit_tier(
-    mem: &DeviceMemory,
+    mem: &DeviceProfile,
     ov: &TierOverrides,
     requested_budget: usize,
     footprint: &dyn Fn(QuantTier, usize) -> Option<u64>,
 ) -> Tier {
-    let usable = (mem.effective() as f64 * (1.0 - SAFETY_MARGIN)) as u64;
+    let usable = (mem.effective_memory() as f64 * (1.0 - SAFETY_MARGIN)) as u64;
     let quants: Vec<QuantTier> = match ov.quant {
         Some(q) => vec![q],
         None => vec![QuantTier::Q8_0, QuantTier::Q4],
@@ -251,8 +220,8 @@ pub fn fit_tier(
     let budget = ov.budget.unwrap_or(requested_budget).max(1);
     let head = format!(
         "fit: usable {} ({} − {:.0}% margin)",
-        gib(usable),
-        mem.describe(),
+        format_bytes(usable),
+        mem.describe_memory(),
         SAFETY_MARGIN * 100.0
     );
     let mut tried: Vec<String> = Vec::new();
@@ -264,7 +233,11 @@ pub fn fit_tier(
                 break;
             };
             if need <= usable {
-                let mut reason = format!("{head}; {} at {b} tokens needs {}", q.name(), gib(need));
+                let mut reason = format!(
+                    "{head}; {} at {b} tokens needs {}",
+                    q.name(),
+                    format_bytes(need)
+                );
                 if !tried.is_empty() {
                     reason.push_str(&format!(" (rejected: {})", tried.join(", ")));
                 }
@@ -274,7 +247,7 @@ pub fn fit_tier(
                     reason,
                 };
             }
-            tried.push(format!("{} at {b} needs {}", q.name(), gib(need)));
+            tried.push(format!("{} at {b} needs {}", q.name(), format_bytes(need)));
             if smallest.is_none_or(|s| need < s.2) {
                 smallest = Some((q, b, need));
             }
@@ -300,7 +273,7 @@ pub fn fit_tier(
              ({}), and relying on the governor",
             tried.join(", "),
             quant.name(),
-            gib(need)
+            format_bytes(need)
         ),
     }
 }
@@ -500,7 +473,7 @@ fn sketch_of(p: &Provision) -> Result<ModelSketch, ModelError> {
 /// Chooses the tier for these variants under `policy`.
 pub fn choose_tier(
     variants: &[Variant],
-    mem: &DeviceMemory,
+    mem: &DeviceProfile,
     policy: TierPolicy,
     ov: &TierOverrides,
     opts: &LoadOptions,
@@ -521,7 +494,7 @@ pub fn choose_tier(
         let mut o = PlanOptions::new(budget);
         o.ubatch = opts.ubatch;
         o.threads = if opts.threads == 0 {
-            crate::default_threads()
+            statelm_model::default_threads()
         } else {
             opts.threads
         };
@@ -565,7 +538,7 @@ pub struct TierChoice {
 /// exists — the closest lower-precision file. `paths` are files or directories of one model.
 pub fn load_for_device(
     paths: &[PathBuf],
-    mem: &DeviceMemory,
+    mem: &DeviceProfile,
     policy: TierPolicy,
     ov: &TierOverrides,
     opts: &LoadOptions,
@@ -593,7 +566,7 @@ pub fn load_for_device(
                 r.from,
                 r.target.name(),
                 r.seconds,
-                gib(r.bytes)
+                format_bytes(r.bytes)
             );
             (m, v.path, v.label, Some(r), how)
         }
@@ -645,4 +618,17 @@ pub fn load_requantized(
         bytes: n,
     };
     Ok((Arc::new(model), r))
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn tiers_and_policies_parse_by_name() {
+        assert_eq!("int4".parse::<QuantTier>(), Ok(QuantTier::Q4));
+        assert_eq!("fit".parse::<TierPolicy>(), Ok(TierPolicy::Fit));
+        let e = "q3".parse::<QuantTier>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown tier \"q3\" (q8_0, q4)");
+    }
 }
