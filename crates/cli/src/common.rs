@@ -245,8 +245,8 @@ pub(crate) fn exit_interrupted() -> ! {
 
 /// The id a served model is known by: the short name given, or the file's stem.
 pub(crate) fn model_id(arg: Option<&str>, path: &Path) -> String {
-    let name = arg.unwrap_or(crate::registry::DEFAULT_MODEL);
-    match crate::registry::find(name) {
+    let name = arg.unwrap_or(statelm_model::registry::DEFAULT_MODEL);
+    match statelm_model::registry::find(name) {
         Some(spec) if !Path::new(name).is_file() => spec.name.to_string(),
         _ => path
             .file_stem()

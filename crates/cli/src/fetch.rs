@@ -2,10 +2,10 @@
 //! temporary file, checked against the SHA-256 and renamed into place. A file in `models/` is
 //! therefore always whole and verified; an interrupted pull leaves only temporary files.
 
-use crate::registry::ModelSpec;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
+use statelm_model::registry::ModelSpec;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,14 +14,11 @@ use std::process::Command;
 pub fn cache_dir(flag: Option<&Path>) -> PathBuf {
     match flag {
         Some(p) => p.to_path_buf(),
-        None => statelm_model::testing::cache_dir(),
+        None => statelm_model::registry::cache_dir(),
     }
 }
 
-/// Where a model lives once pulled.
-pub fn model_file(cache: &Path, spec: &ModelSpec) -> PathBuf {
-    cache.join("models").join(spec.file_name)
-}
+pub use statelm_model::registry::model_file;
 
 fn marker(file: &Path) -> PathBuf {
     file.with_extension("gguf.verified")

@@ -7,7 +7,6 @@ mod commands;
 mod common;
 mod fetch;
 mod model_arg;
-mod registry;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! `-m MODEL`: a path to any GGUF file, or the short name of a model statelm can fetch.
 
 use crate::fetch;
-use crate::registry::{self, DEFAULT_MODEL};
 use anyhow::{bail, Result};
+use statelm_model::registry::{self, DEFAULT_MODEL};
 use std::path::{Path, PathBuf};
 
 /// Resolves `-m` to a file: an existing path as is; a known short name (default:

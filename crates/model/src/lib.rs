@@ -32,10 +32,12 @@ mod model;
 mod names;
 pub mod ops;
 pub mod quantize;
+pub mod registry;
 pub mod rope;
 mod scratch;
 mod snapshot;
 mod state;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod weights;
 

