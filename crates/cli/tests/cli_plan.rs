@@ -105,6 +105,16 @@ fn plan_a_model_under_one_gib() {
     assert_eq!(sum, total);
     assert!(v["kv_per_token_beyond_window"].as_u64() < v["kv_per_token"].as_u64());
     assert_eq!(v["tiers"].as_array().unwrap().len(), 2);
+    // Prompt lookup's verification batches return one logits row per checked token.
+    let lookup = json(
+        &[
+            "plan", "-m", path, "--memory", "1GiB", "--lookup", "8", "--json",
+        ],
+        &[],
+    );
+    let row = v["logits"].as_u64().unwrap();
+    assert_eq!(lookup["logits"].as_u64(), Some(9 * row));
+    assert!(lookup["total"].as_u64().unwrap() > total);
     let q8 = json(
         &[
             "plan",

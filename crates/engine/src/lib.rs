@@ -81,6 +81,7 @@ pub use plan::common_prefix;
 pub use request::{Encoded, GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
 pub use sampling_check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};
+pub use speculate::MAX_LOOKUP;
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_model::{LoadOptions, Model};
 pub use statelm_tokenizer::ChatMessage;

@@ -50,6 +50,10 @@ pub struct PlanArgs {
     /// Token-budget override shown in the tier lines.
     #[arg(long)]
     budget: Option<usize>,
+    /// Plan for prompt-lookup decoding with up to N drafts (`run --lookup N`): each
+    /// verification returns N + 1 logits rows.
+    #[arg(long, default_value_t = 0)]
+    lookup: usize,
     /// For every listed device, the largest parameter count that fits at 4 and 8 bits.
     #[arg(long)]
     table: bool,
@@ -63,9 +67,13 @@ pub fn run(args: &PlanArgs, ctx: &Ctx) -> Result<()> {
     if args.context == 0 {
         bail!("--context must be at least 1");
     }
+    if args.lookup > statelm_engine::MAX_LOOKUP {
+        bail!("--lookup must be at most {}", statelm_engine::MAX_LOOKUP);
+    }
     let mut opts = PlanOptions::new(args.context);
     opts.kv_type = args.kv_type;
     opts.ubatch = args.ubatch.max(1);
+    opts.logits_rows = args.lookup + 1;
     if args.table {
         opts.threads = ctx.threads.unwrap_or(4);
         return table(args, &opts);
