@@ -43,6 +43,7 @@ mod actor;
 mod budget;
 mod compute;
 mod config;
+mod config_patch;
 mod core;
 mod defaults;
 pub mod dry;
@@ -71,6 +72,7 @@ mod text;
 mod tier;
 
 pub use config::{EngineConfig, RealMemory, DEFAULT_PRESSURE_HOLD, MAX_QUEUE, MIN_TOKEN_BUDGET};
+pub use config_patch::ConfigPatch;
 pub use defaults::{ChatDefaults, CHAT_DRY_MULTIPLIER, CHAT_MAX_TOKENS, CHAT_TEMPERATURE};
 pub use durable::{validate_session_name, MAX_SESSION_NAME};
 pub use error::EngineError;

@@ -5,11 +5,10 @@
 use crate::status::FfiError;
 use serde::Deserialize;
 use statelm_engine::{
-    ChatDefaults, ChatMessage, EngineConfig, GenerateRequest, Input, SessionId, SessionOptions,
+    ChatDefaults, ChatMessage, ConfigPatch, EngineConfig, GenerateRequest, Input, SessionId,
+    SessionOptions,
 };
-use statelm_model::{KvType, LoadOptions};
-use std::path::PathBuf;
-use std::time::Duration;
+use statelm_model::LoadOptions;
 
 /// Parses `json` (`None`: `{}`) into `T`, naming `what` in the error.
 fn parse<T: for<'de> Deserialize<'de> + Default>(
@@ -46,38 +45,6 @@ pub(crate) fn load_options(json: Option<&str>) -> Result<LoadOptions, FfiError> 
     Ok(opts)
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyJson {
-    trim_keep_fraction: Option<f64>,
-    warning_factor: Option<f64>,
-    critical_factor: Option<f64>,
-    hard_trim_suffix: Option<usize>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EngineJson {
-    max_sessions: Option<usize>,
-    session_capacity: Option<usize>,
-    token_budget: Option<usize>,
-    kv_type: Option<String>,
-    spill_dir: Option<String>,
-    session_dir: Option<String>,
-    queue_depth: Option<usize>,
-    memory_ceiling: Option<u64>,
-    real_memory: Option<bool>,
-    memory_limit: Option<u64>,
-    memory_margin: Option<u64>,
-    idle_after_ms: Option<u64>,
-    stream_buffer: Option<usize>,
-    prefill_chunk: Option<usize>,
-    policy: Option<PolicyJson>,
-    os_memory_watch: Option<bool>,
-    pressure_hold_ms: Option<u64>,
-    tier: Option<String>,
-}
-
 /// Whether an engine watches the OS's memory signals itself unless told otherwise: on the
 /// phones and Macs (iOS and macOS jetsam figures and libdispatch events, Android's polled
 /// `/proc`), where no host code may forward a warning in time; not on other Linux systems,
@@ -95,111 +62,24 @@ pub(crate) struct EngineStart {
     pub os_memory_watch: bool,
 }
 
-/// A KV cache type by name.
-fn parse_kv(k: &str) -> Result<KvType, FfiError> {
-    k.parse()
-        .map_err(|e| FfiError::invalid(format!("`kv_type`: {e}")))
-}
-
-/// A fraction in (0, 1], or an error naming `what`.
-fn fraction(v: f64, what: &str) -> Result<f64, FfiError> {
-    if v > 0.0 && v <= 1.0 {
-        Ok(v)
-    } else {
-        Err(FfiError::invalid(format!(
-            "`{what}` must be in (0, 1], got {v}"
-        )))
-    }
-}
-
-/// The memory policy's fields given in `p`, range-checked.
-fn apply_policy(p: &PolicyJson, policy: &mut statelm_governor::Policy) -> Result<(), FfiError> {
-    if let Some(v) = p.trim_keep_fraction {
-        policy.trim_keep_fraction = fraction(v, "policy.trim_keep_fraction")?;
-    }
-    if let Some(v) = p.warning_factor {
-        policy.warning_factor = fraction(v, "policy.warning_factor")?;
-    }
-    if let Some(v) = p.critical_factor {
-        policy.critical_factor = fraction(v, "policy.critical_factor")?;
-    }
-    if let Some(v) = p.hard_trim_suffix {
-        policy.hard_trim_suffix = v;
-    }
-    Ok(())
-}
-
-/// `statelm_engine_start` configuration (every field optional; see the header).
+/// `statelm_engine_start` configuration (every field optional; see the header): the engine's
+/// own [`ConfigPatch`] — its names, checks and messages — plus `os_memory_watch`.
 pub(crate) fn engine_config(json: Option<&str>) -> Result<EngineStart, FfiError> {
-    let j: EngineJson = parse(json, "engine config")?;
-    let os_memory_watch = j.os_memory_watch.unwrap_or(DEFAULT_OS_MEMORY_WATCH);
-    let mut c = EngineConfig::default();
-    macro_rules! set {
-        ($($field:ident),*) => { $( if let Some(v) = j.$field { c.$field = v; } )* };
-    }
-    for (name, v) in [
-        ("queue_depth", j.queue_depth),
-        ("stream_buffer", j.stream_buffer),
-    ] {
-        if v.is_some_and(|v| v == 0 || v > statelm_engine::MAX_QUEUE) {
-            return Err(FfiError::invalid(format!(
-                "`{name}` must be between 1 and {}, got {}",
-                statelm_engine::MAX_QUEUE,
-                v.unwrap_or(0)
-            )));
-        }
-    }
-    set!(
-        max_sessions,
-        session_capacity,
-        token_budget,
-        queue_depth,
-        stream_buffer,
-        prefill_chunk
-    );
-    if let Some(k) = &j.kv_type {
-        c.kv_type = parse_kv(k)?;
-    }
-    if let Some(d) = j.spill_dir {
-        c.spill_dir = PathBuf::from(d);
-    }
-    if let Some(d) = j.session_dir {
-        c.session_dir = Some(PathBuf::from(d));
-    }
-    c.memory_ceiling = j.memory_ceiling.or(c.memory_ceiling);
-    if let Some(on) = j.real_memory {
-        c.real_memory.enabled = on;
-    }
-    c.real_memory.limit = j.memory_limit.or(c.real_memory.limit);
-    if let Some(m) = j.memory_margin {
-        c.real_memory.margin = m;
-    }
-    if let Some(ms) = j.idle_after_ms {
-        c.idle_after = Duration::from_millis(ms);
-    }
-    if let Some(ms) = j.pressure_hold_ms {
-        c.pressure_hold = Duration::from_millis(ms);
-    }
-    match j.tier.as_deref() {
-        None => {}
-        Some("auto") => {
-            let profile = statelm_governor::DeviceProfile::detect();
-            statelm_engine::apply_device_tier(&profile, j.token_budget, &mut c);
-            if let Some(k) = &j.kv_type {
-                c.kv_type = parse_kv(k)?;
-            }
-        }
+    let mut j: serde_json::Map<String, serde_json::Value> = parse(json, "engine config")?;
+    let os_memory_watch = match j.remove("os_memory_watch") {
+        None => DEFAULT_OS_MEMORY_WATCH,
+        Some(serde_json::Value::Bool(on)) => on,
         Some(other) => {
             return Err(FfiError::invalid(format!(
-                "`tier` must be \"auto\", got {other:?}"
+                "invalid engine config JSON: `os_memory_watch` must be true or false, got {other}"
             )))
         }
-    }
-    if let Some(p) = j.policy {
-        apply_policy(&p, &mut c.policy)?;
-    }
+    };
+    let patch: ConfigPatch = serde_json::from_value(serde_json::Value::Object(j))
+        .map_err(|e| FfiError::invalid(format!("invalid engine config JSON: {e}")))?;
+    let config = patch.apply(EngineConfig::default())?;
     Ok(EngineStart {
-        config: c,
+        config,
         os_memory_watch,
     })
 }
@@ -329,6 +209,8 @@ pub(crate) fn request(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use statelm_model::KvType;
+    use std::time::Duration;
 
     #[test]
     fn configs_parse_and_reject_typos() {
