@@ -100,7 +100,10 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     let tok = model.tokenizer();
     let n_vocab = core.model.config().n_vocab;
     let tk = text::tokenize(tok, &input, &s.opts, s.history.is_empty(), n_vocab)?;
-    let appending = matches!(input, crate::request::Input::Append(_));
+    let appending = matches!(
+        input,
+        crate::request::Input::Append(_) | crate::request::Input::UserTurn(_)
+    );
     s.pinned = match (s.opts.pinned_prefix, tk.pinned) {
         (Some(p), _) | (None, Some(p)) => p,
         (None, None) if appending && !s.history.is_empty() => s.pinned,

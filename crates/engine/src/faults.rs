@@ -17,7 +17,7 @@ pub const KILL_MARKER: &str = "\u{0}statelm-fault:kill\u{0}";
 fn asks(job: &Job, marker: &str) -> bool {
     fn text(input: &crate::Input) -> Option<&str> {
         match input {
-            crate::Input::Text(t) | crate::Input::Append(t) => Some(t),
+            crate::Input::Text(t) | crate::Input::Append(t) | crate::Input::UserTurn(t) => Some(t),
             crate::Input::Encoded(e) => text(&e.input),
             _ => None,
         }

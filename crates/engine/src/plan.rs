@@ -186,6 +186,12 @@ mod tests {
     }
 
     #[test]
+    fn common_prefix_counts_the_shared_start() {
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4]), 2);
+        assert_eq!(common_prefix(&[], &[1]), 0);
+    }
+
+    #[test]
     fn full_prompt_extending_the_history_reuses_it() {
         let p = plan_reuse(&[1, 2, 3], 3, false, (3, 0), Prompt::Full(vec![1, 2, 3, 9])).unwrap();
         assert_eq!((p.state_keep, p.feed_from), (3, 3));

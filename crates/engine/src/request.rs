@@ -14,8 +14,9 @@ pub struct SessionOptions {
     /// rendered system message, for text input the `system_prompt`, else 0.
     pub pinned_prefix: Option<usize>,
     /// A system prompt. For [`Input::Chat`] it is inserted as the first `system` message when
-    /// the conversation has none; for [`Input::Text`] it is prepended to the text, and for
-    /// [`Input::Append`] to the first text of the session. [`Input::Tokens`] ignore it.
+    /// the conversation has none (and so for an [`Input::UserTurn`] starting the session); for
+    /// [`Input::Text`] it is prepended to the text, and for [`Input::Append`] to the first text
+    /// of the session. [`Input::Tokens`] ignore it.
     pub system_prompt: Option<String>,
 }
 
@@ -30,6 +31,13 @@ pub enum Input {
     Chat(Vec<ChatMessage>),
     /// Text appended to what the session holds (its history and the last generation).
     Append(String),
+    /// The next user message of the conversation the session holds — the chat turn-diffing
+    /// every front end shares. On an empty session it is the conversation's first message,
+    /// rendered with the chat template (the session's system prompt first, pinned); after
+    /// that only its own turn is computed (the template's turn texts around the message), so a
+    /// conversation continues — trimmed or not — without resending it. Refused
+    /// ([`crate::EngineError::InvalidRequest`]) for a template that gives no turn texts.
+    UserTurn(String),
     /// The full context as token ids (reused as far as it matches).
     Tokens(Vec<u32>),
     /// A `Text` or `Chat` input tokenized ahead of submission by [`Encoded::new`] — off the

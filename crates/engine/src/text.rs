@@ -85,6 +85,23 @@ pub(crate) fn tokenize(
                 pinned,
             })
         }
+        Input::UserTurn(text) if history_empty => {
+            let first = Input::Chat(vec![ChatMessage::new("user", text.clone())]);
+            tokenize(tok, &first, opts, true, n_vocab)
+        }
+        Input::UserTurn(text) => {
+            let turns = tok.turn_texts().ok_or_else(|| {
+                EngineError::InvalidRequest(
+                    "this model's chat template cannot be continued one user turn at a time; \
+                     send the whole conversation instead"
+                        .into(),
+                )
+            })?;
+            Ok(Tokenized {
+                prompt: Prompt::Append(tok.encode_user_turn(&turns, text)?),
+                pinned: None,
+            })
+        }
         Input::Encoded(e) if e.system_prompt == opts.system_prompt => Ok(Tokenized {
             prompt: Prompt::Full(e.tokens.clone()),
             pinned: e.pinned,

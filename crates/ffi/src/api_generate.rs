@@ -8,12 +8,15 @@ use crate::status::guard;
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
-/// Starts a generation on `session` and returns at once; the events arrive through
-/// `callback`, in order, on a thread statelm owns (never the calling thread).
+/// Starts a generation on `session`; the events arrive through `callback`, in order, on a
+/// thread statelm owns (never the calling thread).
 ///
 /// `input_json` is exactly one of `{"prompt": "..."}` (the session's full prompt: what the
 /// session already holds is reused as far as it matches), `{"messages": [{"role": "user",
 /// "content": "..."}, ...]}` (the full conversation, rendered with the model's chat template),
+/// `{"user_turn": "..."}` (the next user message of the session's conversation: the first one
+/// is rendered with the chat template after the session's system prompt, later ones add only
+/// their own turn — a chat app sends each message once, and a trimmed conversation goes on),
 /// `{"append": "..."}` (text appended to what the session holds) or `{"tokens": [ids]}`.
 /// `params_json` may be NULL or an object with `max_tokens`, `stop` (a string or an array of
 /// strings), and the sampling fields `temperature` (0: greedy), `top_k`, `top_p`, `min_p`,

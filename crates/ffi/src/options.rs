@@ -115,11 +115,12 @@ struct InputJson {
     prompt: Option<String>,
     messages: Option<Vec<MessageJson>>,
     append: Option<String>,
+    user_turn: Option<String>,
     tokens: Option<Vec<u32>>,
 }
 
 /// The generation input: exactly one of `{"prompt": "..."}`, `{"messages": [{"role",
-/// "content"}, ...]}`, `{"append": "..."}` or `{"tokens": [ids]}`.
+/// "content"}, ...]}`, `{"append": "..."}`, `{"user_turn": "..."}` or `{"tokens": [ids]}`.
 pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
     let j: InputJson = parse(Some(json), "input")?;
     let mut found = Vec::new();
@@ -136,14 +137,17 @@ pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
     if let Some(a) = j.append {
         found.push(Input::Append(a));
     }
+    if let Some(u) = j.user_turn {
+        found.push(Input::UserTurn(u));
+    }
     if let Some(t) = j.tokens {
         found.push(Input::Tokens(t));
     }
     match found.len() {
         1 => Ok(found.remove(0)),
         n => Err(FfiError::invalid(format!(
-            "input JSON needs exactly one of \"prompt\", \"messages\", \"append\", \"tokens\" \
-             (found {n})"
+            "input JSON needs exactly one of \"prompt\", \"messages\", \"append\", \
+             \"user_turn\", \"tokens\" (found {n})"
         ))),
     }
 }
@@ -300,6 +304,10 @@ mod tests {
         );
         let chat = input(r#"{"messages":[{"role":"user","content":"hi"}]}"#).unwrap();
         assert_eq!(chat, Input::Chat(vec![ChatMessage::new("user", "hi")]));
+        assert_eq!(
+            input(r#"{"user_turn":"and then?"}"#).unwrap(),
+            Input::UserTurn("and then?".into())
+        );
         assert_eq!(
             input(r#"{"tokens":[1,2]}"#).unwrap(),
             Input::Tokens(vec![1, 2])

@@ -48,6 +48,24 @@ impl Tokenizer {
         })
     }
 
+    /// The tokens of one more user turn after an answer: [`TurnTexts::between`], the message
+    /// (as text: a control token spelled in it stays text, as in [`Tokenizer::encode_chat`]),
+    /// [`TurnTexts::after_user`] — what the chat template renders for that turn, so a
+    /// conversation grows one message at a time. No BOS.
+    pub fn encode_user_turn(
+        &self,
+        turns: &TurnTexts,
+        content: &str,
+    ) -> Result<Vec<u32>, crate::TokenizerError> {
+        let text = format!("{}{content}{}", turns.between, turns.after_user);
+        let start = turns.between.len();
+        let plain = match self.matcher.has_control(content, &self.vocab) {
+            true => vec![(start, start + content.len())],
+            false => Vec::new(),
+        };
+        self.encode_guarded(&text, false, true, &plain)
+    }
+
     /// The text a conversation whose system message is `system` starts with, up to where
     /// trimming may cut: the rendered system message (ChatML), or — for templates that fold the
     /// system text into the first user turn (Gemma) — everything before that turn's own text.

@@ -13,7 +13,6 @@ use crate::common::{
 use crate::Ctx;
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use statelm_engine::common_prefix;
 use statelm_engine::ChatDefaults;
 use statelm_engine::{
     ChatMessage, Engine, EngineConfig, EngineHandle, Event, GenerateRequest, Input, SamplingParams,
@@ -163,8 +162,6 @@ struct Repl<'a> {
     interactive: bool,
     system: Option<String>,
     session: Option<SessionId>,
-    /// The session holds a conversation (the next turn continues it).
-    started: bool,
     /// The conversation as messages (used when the template gives no [`TurnTexts`]).
     messages: Vec<ChatMessage>,
     turns: Option<TurnTexts>,
@@ -218,7 +215,6 @@ impl<'a> Repl<'a> {
             interactive: std::io::stdin().is_terminal(),
             system: args.system.clone(),
             session: None,
-            started: false,
             messages: Vec::new(),
             turns,
             defaults,
@@ -287,21 +283,6 @@ impl<'a> Repl<'a> {
         Ok(End::Eof)
     }
 
-    /// Tokenizes like the engine does for prompts.
-    fn encode(&self, text: &str) -> Vec<u32> {
-        (self.model.tokenizer().encode_prompt(text, true)).unwrap_or_default()
-    }
-
-    /// Tokens of the system prompt at the start of `first_turn` (pinned against trimming).
-    fn pinned_prefix(&self, first_turn: &str) -> Option<usize> {
-        let sys = self.system.as_deref()?;
-        let prefix = self.model.tokenizer().system_prefix(sys)?;
-        Some(common_prefix(
-            &self.encode(&prefix),
-            &self.encode(first_turn),
-        ))
-    }
-
     /// The conversation so far plus `text`, with the system prompt first.
     fn conversation_with(&self, text: &str) -> Vec<ChatMessage> {
         let mut conv: Vec<ChatMessage> = self
@@ -314,28 +295,21 @@ impl<'a> Repl<'a> {
         conv
     }
 
-    /// The engine input of a user message, and the session to run it in.
+    /// The engine input of a user message, and the session to run it in: the engine's own
+    /// turn-diffing (the first message renders the conversation, later ones only their turn),
+    /// or the whole conversation again when the template gives no turn texts.
     async fn prepare(&mut self, text: &str) -> Result<(SessionId, Input)> {
-        let input = match (&self.turns, self.started) {
-            (Some(t), true) => Input::Append(format!("{}{text}{}", t.between, t.after_user)),
-            (Some(_), false) => {
-                let conv = self.conversation_with(text);
-                let rendered = self.model.tokenizer().render_chat(&conv, true)?;
-                Input::Append(rendered)
-            }
-            (None, _) => Input::Chat(self.conversation_with(text)),
+        let input = match &self.turns {
+            Some(_) => Input::UserTurn(text.to_string()),
+            None => Input::Chat(self.conversation_with(text)),
         };
         if let Some(id) = self.session {
             return Ok((id, input));
         }
-        let pinned_prefix = match &input {
-            Input::Append(first) => self.pinned_prefix(first),
-            _ => None,
-        };
         let opts = SessionOptions {
             token_budget: Some(self.budget),
-            pinned_prefix,
-            system_prompt: None,
+            pinned_prefix: None,
+            system_prompt: self.system.clone(),
         };
         let id = match &self.durable {
             Some(name) => self.engine.open_session(name, opts).await?,
@@ -409,7 +383,6 @@ impl<'a> Repl<'a> {
             self.notice("[interrupted]");
         }
         tracing::info!("{}", stats_line(&done));
-        self.started = true;
         self.messages.push(ChatMessage::new("user", text));
         self.messages.push(ChatMessage::new("assistant", answer));
         Ok(())
@@ -452,7 +425,6 @@ impl<'a> Repl<'a> {
             }
             let _ = self.engine.close_session(id).await;
         }
-        self.started = false;
         self.messages.clear();
     }
 
@@ -480,7 +452,6 @@ impl<'a> Repl<'a> {
         self.forget_session().await;
         let info = self.engine.session_info(id).await?;
         self.session = Some(id);
-        self.started = info.history_tokens > 0;
         self.notice(&format!(
             "[conversation loaded from {file}: {} tokens]",
             info.history_tokens
@@ -514,7 +485,6 @@ impl<'a> Repl<'a> {
             return Ok(());
         }
         self.session = Some(id);
-        self.started = true;
         self.notice(&format!(
             "[conversation '{name}' resumed: {history} tokens; /history shows it]"
         ));
@@ -556,41 +526,5 @@ impl<'a> Repl<'a> {
         ));
         self.notice(&format!("[defaults: {}]", self.defaults.describe()));
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix() {
-        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4]), 2);
-        assert_eq!(common_prefix(&[], &[1]), 0);
-    }
-
-    /// Appending turn texts builds exactly what the template renders for the conversation.
-    #[test]
-    fn turn_texts_rebuild_the_template() {
-        let paths = [
-            statelm_model::testing::gemma_path(),
-            statelm_model::testing::qwen_path(),
-        ];
-        for path in paths.into_iter().flatten() {
-            let model = Model::load(&path, &Default::default()).expect("model loads");
-            let t = model.tokenizer().turn_texts().expect("turn texts");
-            let tok = model.tokenizer();
-            let conv = [
-                ChatMessage::new("system", "Be brief."),
-                ChatMessage::new("user", "Hi"),
-                ChatMessage::new("assistant", "Hello there."),
-                ChatMessage::new("user", "How are you?"),
-            ];
-            let full = tok.render_chat(&conv, true).unwrap();
-            let first = tok.render_chat(&conv[..2], true).unwrap();
-            let (between, after) = (&t.between, &t.after_user);
-            let built = format!("{first}Hello there.{between}How are you?{after}");
-            assert_eq!(built, full, "{}", path.display());
-        }
     }
 }
