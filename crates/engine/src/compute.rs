@@ -200,11 +200,17 @@ fn admit(
     let budget = s.effective_budget(core.factor);
     let after = trimmed_to.unwrap_or(plan.state_keep + plan.history.len() - plan.feed_from);
     let peak = (after + job.max_tokens).min(budget);
-    let needed = core.growth(s, peak);
-    let what = format!(
+    // Prompt lookup's verification returns a logits row per drafted token as well.
+    let drafts = job.spec.as_ref().map_or(0, |sp| sp.length.max());
+    let rows = (drafts * core.model.config().n_vocab * 4) as u64;
+    let needed = core.growth(s, peak) + rows;
+    let mut what = format!(
         "a prefill of {} tokens",
         plan.history.len() - plan.feed_from
     );
+    if drafts > 0 {
+        what.push_str(&format!(" with logits for {drafts} drafted tokens"));
+    }
     core.make_room(needed, s.resident_bytes(), &what)
 }
 

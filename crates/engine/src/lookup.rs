@@ -124,6 +124,11 @@ impl DraftLength {
         self.current
     }
 
+    /// The most it ever drafts.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// Records that `accepted` of `drafted` tokens were accepted.
     pub fn update(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {

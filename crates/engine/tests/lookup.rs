@@ -89,3 +89,52 @@ async fn lookup_gives_the_tokens_of_plain_decoding_on_qwen() {
 async fn lookup_gives_the_tokens_of_plain_decoding_on_gemma() {
     same_tokens_as_plain_decoding(statelm_model::testing::gemma_path()).await;
 }
+
+/// Admission control counts the logits rows a verification returns: under a ceiling that
+/// admits a plain request with 4 MiB to spare, the same request with 15 drafts (15 more rows
+/// of Gemma's 262,144 logits: 15 MiB) is refused, naming the drafts.
+#[tokio::test]
+async fn admission_counts_the_drafts_logits() {
+    let Some(model) = common::gemma() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.real_memory.enabled = false;
+    let request = |session, lookup| {
+        let mut sampling = common::no_eog(&model);
+        sampling.lookup = lookup;
+        GenerateRequest {
+            session,
+            input: Input::Text("The capital of France is".into()),
+            sampling,
+            stop: Vec::new(),
+            max_tokens: 24,
+        }
+    };
+    // What a plain run leaves resident: weights and the grown State (no scratch).
+    let probe = Engine::start(model.clone(), cfg.clone());
+    let s = probe
+        .create_session(SessionOptions::default())
+        .await
+        .unwrap();
+    assert!(common::run(&probe, request(s, 0)).await.error.is_none());
+    let st = probe.stats().await;
+    let ceiling = st.weights_bytes + st.state_bytes_total + (4 << 20);
+    cfg.memory_ceiling = Some(ceiling);
+    for (lookup, admitted) in [(0, true), (15, false)] {
+        let engine = Engine::start(model.clone(), cfg.clone());
+        let s = engine
+            .create_session(SessionOptions::default())
+            .await
+            .unwrap();
+        let r = common::run(&engine, request(s, lookup)).await;
+        match admitted {
+            true => assert!(r.error.is_none(), "{r:?}"),
+            false => {
+                let e = r.error.expect("refused");
+                assert!(e.contains("logits for 15 drafted tokens"), "{e}");
+            }
+        }
+    }
+}
