@@ -307,7 +307,7 @@ impl Core {
             footprint_limit: self.last_footprint.and_then(|(_, l)| l),
             weights_bytes: self.model.file_bytes(),
             memory_ceiling: self.config.memory_ceiling,
-            pressure: self.level.max(self.own_level).to_string(),
+            pressure: self.level.max(self.own_level),
             budget_factor: self.factor,
             mean_time_to_first_token: ttft,
             mean_decode_tokens_per_s: tps,

@@ -101,8 +101,9 @@ pub struct EngineStats {
     pub weights_bytes: u64,
     /// The memory ceiling, if any.
     pub memory_ceiling: Option<u64>,
-    /// The last memory-pressure level the engine acted on.
-    pub pressure: String,
+    /// The last memory-pressure level the engine acted on (`"normal"`, `"warning"`,
+    /// `"critical"` in JSON).
+    pub pressure: statelm_governor::PressureLevel,
     /// Current budget factor (1.0 unless lowered under pressure).
     pub budget_factor: f64,
     /// Mean time to first token of the recent requests.

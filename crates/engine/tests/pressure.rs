@@ -306,7 +306,10 @@ async fn attached_monitor_feeds_host_levels_in() {
         engine.session_info(s).await.unwrap().spilled
     })
     .await;
-    assert_eq!(engine.stats().await.pressure, "warning");
+    assert_eq!(engine.stats().await.pressure, PressureLevel::Warning);
+    // One name for a level everywhere: the stats JSON (HTTP /health, the C ABI) says it so.
+    let json = serde_json::to_value(engine.stats().await).unwrap();
+    assert_eq!(json["pressure"], "warning");
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ use crate::GovernorError;
 
 /// How much memory pressure the process is under. Ordered: `Normal < Warning < Critical`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PressureLevel {
     /// Plenty of memory.
     #[default]

@@ -210,14 +210,9 @@ pub(crate) fn render(s: &EngineStats, m: &Metrics, load: Load) -> String {
         "gauge",
         "The memory-pressure level the engine acted on.",
     );
-    let level = if s.pressure.is_empty() {
-        "normal"
-    } else {
-        s.pressure.as_str()
-    };
     o.line(
         "memory_pressure",
-        &format!("level=\"{}\"", level.to_lowercase()),
+        &format!("level=\"{}\"", s.pressure.as_str()),
         1,
     );
     render_server(&mut o, m, load);

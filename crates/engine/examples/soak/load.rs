@@ -412,7 +412,7 @@ async fn observe(
     rec.kv_bytes_total = stats.kv_bytes_total;
     rec.state_bytes_total = stats.state_bytes_total;
     rec.spilled_sessions = stats.spilled;
-    rec.pressure = stats.pressure;
+    rec.pressure = stats.pressure.to_string();
     rec.mem = ProcMemory::read();
     if let Some(Ok(r)) = probe.as_mut().map(|p| p.read()) {
         rec.cgroup_usage = r.usage;
