@@ -1,5 +1,6 @@
 //! Rules the whole workspace's source keeps (the README's style rules), checked on every test
-//! run: no Rust file over 800 lines.
+//! run: no Rust file over 800 lines, `unsafe` only in the crates allowed to hold it. (No
+//! function over 80 lines: clippy's `too_many_lines`, set in the workspace lints.)
 
 use std::path::{Path, PathBuf};
 
@@ -42,4 +43,30 @@ fn no_source_file_exceeds_800_lines() {
         })
         .collect();
     assert!(long.is_empty(), "over {MAX_FILE_LINES} lines: {long:?}");
+}
+
+/// The crates that may hold `unsafe` code (each block with a `// SAFETY:` line): the file
+/// format, the kernels, the C ABI and the governor's platform calls.
+const UNSAFE_CRATES: [&str; 4] = ["gguf", "quant", "ffi", "governor"];
+
+#[test]
+fn crates_without_unsafe_code_forbid_it() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(&crates).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if UNSAFE_CRATES.contains(&name.as_str()) {
+            continue;
+        }
+        let root = ["src/lib.rs", "src/main.rs"]
+            .iter()
+            .map(|f| e.path().join(f))
+            .find(|p| p.exists());
+        let Some(root) = root else { continue };
+        let text = std::fs::read_to_string(&root).unwrap();
+        if !text.contains("#![forbid(unsafe_code)]") {
+            missing.push(root.display().to_string());
+        }
+    }
+    assert!(missing.is_empty(), "no #![forbid(unsafe_code)]: {missing:?}");
 }

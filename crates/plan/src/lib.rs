@@ -9,6 +9,8 @@
 //! The engine turns a tier into its configuration; the CLI (`statelm plan`, `device`,
 //! `--tier`) and the C ABI (`"tier": "auto"`) use the same decisions.
 
+#![forbid(unsafe_code)]
+
 pub mod capacity;
 pub mod tier;
 
