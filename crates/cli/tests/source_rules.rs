@@ -68,5 +68,8 @@ fn crates_without_unsafe_code_forbid_it() {
             missing.push(root.display().to_string());
         }
     }
-    assert!(missing.is_empty(), "no #![forbid(unsafe_code)]: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "no #![forbid(unsafe_code)]: {missing:?}"
+    );
 }
