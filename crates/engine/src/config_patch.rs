@@ -47,12 +47,6 @@ struct PolicyPatch {
 }
 
 impl ConfigPatch {
-    /// Parses a JSON object (`{}` changes nothing).
-    pub fn from_json(json: &str) -> Result<ConfigPatch, EngineError> {
-        serde_json::from_str(json)
-            .map_err(|e| EngineError::InvalidRequest(format!("engine config: {e}")))
-    }
-
     /// `base` with these changes, checked ([`EngineConfig::check`]).
     pub fn apply(self, mut c: EngineConfig) -> Result<EngineConfig, EngineError> {
         let kv_type = (self
@@ -139,7 +133,9 @@ mod tests {
     use super::*;
 
     fn apply(json: &str) -> Result<EngineConfig, EngineError> {
-        ConfigPatch::from_json(json)?.apply(EngineConfig::default())
+        let patch: ConfigPatch = serde_json::from_str(json)
+            .map_err(|e| EngineError::InvalidRequest(format!("engine config: {e}")))?;
+        patch.apply(EngineConfig::default())
     }
 
     #[test]

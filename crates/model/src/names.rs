@@ -1,6 +1,7 @@
-//! The names of the model's configuration values — KV cache type and numerics (the plan crate's
-//! weight tier and tier policy use the same error) — parsed in one place (`FromStr`), for the command line, the C ABI and the
-//! tools alike, with one error that lists what is accepted.
+//! The names of the model's configuration values — KV cache type and numerics — parsed in one
+//! place (`FromStr`), for the command line, the C ABI and the tools alike, with one error that
+//! lists what is accepted ([`UnknownName::check`], which the plan crate's weight tier and tier
+//! policy use as well).
 
 use crate::kv::KvType;
 use crate::Numerics;
@@ -18,24 +19,26 @@ pub struct UnknownName {
     pub accepted: &'static str,
 }
 
-/// `parsed` or the error naming `what` and the `accepted` names.
-fn named<T>(
-    parsed: Option<T>,
-    s: &str,
-    what: &'static str,
-    accepted: &'static str,
-) -> Result<T, UnknownName> {
-    parsed.ok_or_else(|| UnknownName {
-        what,
-        got: s.to_string(),
-        accepted,
-    })
+impl UnknownName {
+    /// `parsed` (the value named `s`), or the error naming `what` and the `accepted` names.
+    pub fn check<T>(
+        parsed: Option<T>,
+        s: &str,
+        what: &'static str,
+        accepted: &'static str,
+    ) -> Result<T, UnknownName> {
+        parsed.ok_or_else(|| UnknownName {
+            what,
+            got: s.to_string(),
+            accepted,
+        })
+    }
 }
 
 impl FromStr for KvType {
     type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        named(KvType::parse(s), s, "KV type", "f32, f16, q8_0")
+        UnknownName::check(KvType::parse(s), s, "KV type", "f32, f16, q8_0")
     }
 }
 
@@ -47,7 +50,7 @@ impl FromStr for Numerics {
             "llama-cpp" | "llama.cpp" | "llamacpp" => Some(Numerics::LlamaCpp),
             _ => None,
         };
-        named(n, s, "numerics", "fast, llama-cpp")
+        UnknownName::check(n, s, "numerics", "fast, llama-cpp")
     }
 }
 

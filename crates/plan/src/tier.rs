@@ -114,22 +114,14 @@ impl TierPolicy {
 impl std::str::FromStr for QuantTier {
     type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        QuantTier::parse(s).ok_or_else(|| UnknownName {
-            what: "tier",
-            got: s.to_string(),
-            accepted: "q8_0, q4",
-        })
+        UnknownName::check(QuantTier::parse(s), s, "tier", "q8_0, q4")
     }
 }
 
 impl std::str::FromStr for TierPolicy {
     type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TierPolicy::parse(s).ok_or_else(|| UnknownName {
-            what: "tier policy",
-            got: s.to_string(),
-            accepted: "default, fit",
-        })
+        UnknownName::check(TierPolicy::parse(s), s, "tier policy", "default, fit")
     }
 }
 
