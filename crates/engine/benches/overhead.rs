@@ -56,7 +56,7 @@ async fn generate(engine: &EngineHandle, model: &Model) -> (usize, Duration, Opt
         .await
         .expect("session");
     let req = GenerateRequest {
-        session,
+        session: session.into(),
         input: Input::Text(PROMPT.into()),
         sampling: sampling(model),
         stop: Vec::new(),

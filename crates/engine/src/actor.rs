@@ -13,6 +13,7 @@ use crate::error::EngineError;
 use crate::events::{RequestId, SessionId};
 use crate::info::{EngineStats, SessionInfo};
 use crate::job::{EventTx, Job};
+use crate::pool::Target;
 use crate::pressure::PressureInbox;
 use crate::request::{GenerateRequest, SessionOptions};
 use crate::session::Session;
@@ -36,9 +37,9 @@ pub(crate) enum Command {
         req: Box<GenerateRequest>,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
-        /// Answered once the request is accepted, or with why not (unknown or busy session,
-        /// bad sampling parameters).
-        accepted: Reply<()>,
+        /// Answered with its session once the request is accepted, or with why not (unknown
+        /// or busy session, bad sampling parameters, no session free in the pool).
+        accepted: Reply<SessionId>,
     },
     Reset(SessionId, Reply<()>),
     Close(SessionId, Reply<()>),
@@ -362,7 +363,7 @@ impl Actor {
         let _ = reply.send(result);
     }
 
-    fn create(&mut self, opts: SessionOptions) -> Result<SessionId, EngineError> {
+    pub(crate) fn create(&mut self, opts: SessionOptions) -> Result<SessionId, EngineError> {
         let s = self.new_session(opts)?;
         let id = s.id;
         self.core.sessions.insert(id, s);
@@ -394,19 +395,25 @@ impl Actor {
         Ok(Session::new(id, opts, state, budget))
     }
 
-    /// Starts job `id` if its session exists and is free and its sampling parameters are
-    /// valid; else says why. A session whose request was cancelled (its stream dropped) is
-    /// free: that request is ended here, not one step later.
+    /// Starts job `id` in its session (or the one the pool picks) if that exists and is free
+    /// and its sampling parameters are valid; else says why. A session whose request was
+    /// cancelled (its stream dropped) is free: that request is ended here, not one step later.
     fn generate(
         &mut self,
         id: RequestId,
-        req: GenerateRequest,
+        mut req: GenerateRequest,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
-    ) -> Result<(), EngineError> {
-        let sid = req.session;
+    ) -> Result<SessionId, EngineError> {
         (req.sampling.check(self.core.model.config().n_vocab))
             .map_err(|e| EngineError::InvalidRequest(e.message))?;
+        let sid = match &req.session {
+            Target::Session(sid) => *sid,
+            Target::Pool(pool) => {
+                let pool = pool.clone();
+                self.take_from_pool(&pool, &mut req.input)?
+            }
+        };
         let running = self.job_of(sid);
         if let Some(i) = running.filter(|&i| self.jobs[i].is_cancelled()) {
             self.finish_job(i, crate::events::StopReason::Cancelled);
@@ -418,8 +425,8 @@ impl Actor {
         }
         s.busy = Some(id);
         let breakers = self.core.breakers_for(&req.sampling);
-        self.jobs.push(Job::new(id, req, tx, cancel, breakers));
-        Ok(())
+        self.jobs.push(Job::new(id, sid, req, tx, cancel, breakers));
+        Ok(sid)
     }
 
     fn idle_session(&mut self, id: SessionId) -> Result<&mut Session, EngineError> {
@@ -446,7 +453,7 @@ impl Actor {
         Ok(())
     }
 
-    fn close(&mut self, id: SessionId) -> Result<(), EngineError> {
+    pub(crate) fn close(&mut self, id: SessionId) -> Result<(), EngineError> {
         if !self.core.sessions.contains_key(&id) {
             return Err(EngineError::UnknownSession(id));
         }

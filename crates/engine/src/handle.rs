@@ -178,16 +178,18 @@ impl EngineHandle {
     /// previous request was cancelled or whose stream was dropped is free again), invalid
     /// sampling parameters ([`EngineError::InvalidRequest`]), a stopped engine. What happens
     /// later (a prompt over budget, memory, the events) arrives through the stream; dropping
-    /// it cancels the generation within one token.
+    /// it cancels the generation within one token. A request for a pooled session
+    /// ([`crate::Target::Pool`]) gets its session here (see [`GenerationStream::session`]), or
+    /// [`EngineError::TooManySessions`] when every session is busy.
     ///
     /// Cancellation keeps the session consistent: the prompt tokens computed so far and every
     /// token generated so far stay in its history and State (the last sampled token is
     /// computed with the next request), so the next turn continues from there.
     pub async fn generate(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
-        let (stream, cmd, accepted) = self.submission(req);
+        let (mut stream, cmd, accepted) = self.submission(req);
         let tx = self.inner.sender()?;
         tx.send(cmd).await.map_err(|_| EngineError::ShuttingDown)?;
-        Inner::answer(&tx, accepted.await)?;
+        stream.session = Inner::answer(&tx, accepted.await)?;
         Ok(stream)
     }
 
@@ -195,11 +197,11 @@ impl EngineHandle {
     /// the calling thread until the engine accepted or refused the request. Must not be called
     /// from within a tokio runtime.
     pub fn generate_blocking(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
-        let (stream, cmd, accepted) = self.submission(req);
+        let (mut stream, cmd, accepted) = self.submission(req);
         let tx = self.inner.sender()?;
         tx.blocking_send(cmd)
             .map_err(|_| EngineError::ShuttingDown)?;
-        Inner::answer(&tx, accepted.blocking_recv())?;
+        stream.session = Inner::answer(&tx, accepted.blocking_recv())?;
         Ok(stream)
     }
 
@@ -212,7 +214,7 @@ impl EngineHandle {
     ) -> (
         GenerationStream,
         Command,
-        oneshot::Receiver<Result<(), EngineError>>,
+        oneshot::Receiver<Result<SessionId, EngineError>>,
     ) {
         let id = RequestId(self.inner.next_request.fetch_add(1, Ordering::Relaxed));
         let cancel = Arc::new(AtomicBool::new(false));
@@ -220,6 +222,7 @@ impl EngineHandle {
         self.inner.cancels().insert(id, cancel.clone());
         let stream = GenerationStream {
             id,
+            session: SessionId(0),
             rx,
             cancel: cancel.clone(),
             done: false,
@@ -437,6 +440,7 @@ impl EngineHandle {
 /// cancels the generation.
 pub struct GenerationStream {
     id: RequestId,
+    session: SessionId,
     rx: mpsc::Receiver<Result<Event, EngineError>>,
     cancel: Arc<AtomicBool>,
     done: bool,
@@ -447,6 +451,7 @@ impl std::fmt::Debug for GenerationStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GenerationStream")
             .field("request_id", &self.id)
+            .field("session", &self.session)
             .finish_non_exhaustive()
     }
 }
@@ -455,6 +460,11 @@ impl GenerationStream {
     /// The request's id (for [`EngineHandle::cancel`]).
     pub fn request_id(&self) -> RequestId {
         self.id
+    }
+
+    /// The session it runs in (the one the engine picked, for a pooled request).
+    pub fn session(&self) -> SessionId {
+        self.session
     }
 
     /// Cancels the generation (same as dropping the stream, but the stream still delivers

@@ -82,9 +82,10 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    /// A job for `req` streaming into `tx`.
+    /// A job for `req`, in `session`, streaming into `tx`.
     pub fn new(
         id: RequestId,
+        session: SessionId,
         req: GenerateRequest,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
@@ -92,7 +93,7 @@ impl Job {
     ) -> Job {
         Job {
             id,
-            session: req.session,
+            session,
             cancel,
             tx,
             outbox: VecDeque::new(),

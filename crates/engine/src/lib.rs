@@ -59,6 +59,7 @@ mod info;
 mod job;
 pub mod lookup;
 mod plan;
+mod pool;
 mod pressure;
 mod request;
 pub mod rng;
@@ -80,6 +81,7 @@ pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod}
 pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
 pub use plan::common_prefix;
+pub use pool::{PoolRequest, Target, Tenant};
 pub use request::{Encoded, GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
 pub use sampling_check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};

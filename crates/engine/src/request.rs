@@ -1,6 +1,6 @@
 //! What callers send: session options and generation requests.
 
-use crate::events::SessionId;
+use crate::pool::Target;
 use crate::sampling::SamplingParams;
 use statelm_tokenizer::ChatMessage;
 
@@ -93,8 +93,9 @@ impl Encoded {
 /// A generation request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateRequest {
-    /// The session to run in.
-    pub session: SessionId,
+    /// The session to run in: a session id, or [`crate::PoolRequest`] for the one the engine
+    /// picks from its pool.
+    pub session: Target,
     /// The prompt.
     pub input: Input,
     /// How to pick tokens.
@@ -107,9 +108,9 @@ pub struct GenerateRequest {
 
 impl GenerateRequest {
     /// A request with default sampling, no stop strings and at most `max_tokens` tokens.
-    pub fn new(session: SessionId, input: Input, max_tokens: usize) -> GenerateRequest {
+    pub fn new(session: impl Into<Target>, input: Input, max_tokens: usize) -> GenerateRequest {
         GenerateRequest {
-            session,
+            session: session.into(),
             input,
             sampling: SamplingParams::default(),
             stop: Vec::new(),

@@ -48,6 +48,8 @@ pub(crate) struct Session {
     pub durable: Option<crate::durable::Durable>,
     /// Where each n-gram of its history last ended (prompt-lookup drafts).
     pub lookup: crate::lookup::NgramIndex,
+    /// Its tenant and last prompt, if it belongs to the pool.
+    pub pool: Option<crate::pool::Pooled>,
 }
 
 impl Session {
@@ -72,6 +74,7 @@ impl Session {
             last_tps: 0.0,
             durable: None,
             lookup: crate::lookup::NgramIndex::new(crate::lookup::DEFAULT_NGRAM_MAX),
+            pool: None,
         }
     }
 

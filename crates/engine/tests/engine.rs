@@ -236,7 +236,7 @@ async fn stop_string_never_leaks() {
         panic!("no '.' in {:?}", free.text)
     };
     let s2 = session(&engine).await.unwrap();
-    req.session = s2;
+    req.session = s2.into();
     req.stop = vec![".".into()];
     let stopped = run(&engine, req).await;
     eprintln!("free {:?}\nstopped {:?}", free.text, stopped.text);
@@ -563,7 +563,7 @@ async fn a_slow_reader_does_not_hold_up_other_sessions() {
     let mut req = greedy(a, Input::Text(PROMPT_A.into()), 12);
     req.sampling = no_eog(&model);
     let slow = engine.generate(req.clone()).await.unwrap(); // not read for now: its buffer fills up
-    req.session = b;
+    req.session = b.into();
     let fast = run(&engine, req).await;
     assert_eq!(fast.done().generated_tokens, 12);
     let info = engine.session_info(a).await.unwrap();

@@ -5,7 +5,9 @@
 mod common;
 
 use common::{collect, config};
-use statelm_engine::{ChatMessage, Engine, GenerateRequest, Input, SamplingParams, SessionOptions};
+use statelm_engine::{
+    ChatMessage, Engine, GenerateRequest, Input, SamplingParams, SessionId, SessionOptions,
+};
 use statelm_model::{LoadOptions, Model};
 use std::sync::Arc;
 
@@ -32,7 +34,7 @@ async fn generate(
         .await
         .unwrap();
     let req = GenerateRequest {
-        session: s,
+        session: s.into(),
         input: Input::Chat(messages.to_vec()),
         sampling,
         stop: Vec::new(),
@@ -101,11 +103,11 @@ async fn admission_counts_the_drafts_logits() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.real_memory.enabled = false;
-    let request = |session, lookup| {
+    let request = |session: SessionId, lookup| {
         let mut sampling = common::no_eog(&model);
         sampling.lookup = lookup;
         GenerateRequest {
-            session,
+            session: session.into(),
             input: Input::Text("The capital of France is".into()),
             sampling,
             stop: Vec::new(),

@@ -158,7 +158,6 @@ impl FfiEngine {
         callback: StatelmEventCallback,
         user_data: *mut c_void,
     ) -> Result<u64, FfiError> {
-        let session = req.session.0;
         let user = UserData(user_data);
         let mut t = self.table();
         if t.closed {
@@ -171,7 +170,7 @@ impl FfiEngine {
         drop(t);
         join_all(joins);
         let stream = self.handle.generate_blocking(req)?;
-        let id = stream.request_id().0;
+        let (id, session) = (stream.request_id().0, stream.session().0);
         let mut t = self.table();
         if t.closed {
             return Err(FfiError::new(

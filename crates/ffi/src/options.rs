@@ -329,7 +329,7 @@ mod tests {
             &d,
         )
         .unwrap();
-        assert_eq!(r.session, SessionId(7));
+        assert_eq!(r.session, SessionId(7).into());
         assert_eq!(r.max_tokens, 5);
         assert_eq!(r.stop, vec!["\n".to_string()]);
         assert_eq!(r.sampling.temperature, 0.0);

@@ -30,14 +30,14 @@ pub struct ServerConfig {
     /// DRY, the loop guard) and `max_tokens` — the model file's `general.sampling.*` where it
     /// has them, else built-in chat values ([`statelm_engine::ChatDefaults`]).
     pub defaults: ChatDefaults,
-    /// Most engine sessions the server keeps (conversations reusable at once). Should match
-    /// the engine's `max_sessions`.
+    /// The engine's `max_sessions` (the size of its session pool: conversations reusable at
+    /// once); bounds `max_concurrent`.
     pub max_sessions: usize,
     /// Token budget of each session (`None`: the engine's default).
     pub token_budget: Option<usize>,
     /// Requests with a `user` (a plain identifier) run in the durable engine session of that
     /// name, which survives a restart or a kill (needs the engine's `session_dir`); other
-    /// requests use the anonymous pool.
+    /// requests use the engine's pool of anonymous sessions.
     pub durable_sessions: bool,
     /// On shutdown, how long in-flight generations may run before they are cancelled.
     pub shutdown_grace: Duration,
@@ -57,9 +57,6 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Open connections at most; beyond them new ones get 503 and are closed.
     pub max_connections: usize,
-    /// How often the session pool is reconciled with the engine's sessions (orphans closed,
-    /// vanished sessions forgotten).
-    pub reconcile_interval: Duration,
     /// Web origins whose cross-origin requests are allowed (`*`: any), with CORS headers;
     /// other requests carrying an `Origin` that is not the server itself get 403.
     pub cors_origins: Vec<String>,
@@ -87,7 +84,6 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_generation_time", &self.max_generation_time)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("max_connections", &self.max_connections)
-            .field("reconcile_interval", &self.reconcile_interval)
             .finish()
     }
 }
@@ -126,7 +122,6 @@ impl ServerConfig {
             max_generation_time: Duration::from_secs(600),
             header_read_timeout: Duration::from_secs(10),
             max_connections: 512,
-            reconcile_interval: Duration::from_secs(30),
         }
     }
 

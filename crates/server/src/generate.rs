@@ -1,24 +1,24 @@
-//! Running one generation for a request: take a session, start the engine's stream, and read
-//! it to the end for non-streaming replies.
+//! Running one generation for a request: start the engine's stream in a session of its pool,
+//! and read it to the end for non-streaming replies.
 
 use crate::error::ApiError;
 use crate::format::event_json;
 use crate::gate::Slot;
 use crate::request::Params;
-use crate::sessions::{Lease, Tenant};
 use crate::state::AppState;
+use crate::tenant::{durable_name, Tenant};
 use futures::StreamExt;
 use serde_json::Value;
-use statelm_engine::{DoneStats, EngineError, Event, GenerateRequest, GenerationStream, Input};
+use statelm_engine::{
+    DoneStats, EngineError, Event, GenerateRequest, GenerationStream, Input, PoolRequest,
+};
 use std::time::Duration;
 
 /// A generation that has produced its first event.
 #[derive(Debug)]
 pub(crate) struct Started {
-    /// Declared before the lease: dropped first, it cancels the generation before the session
-    /// returns to the pool, so the pool never lends a session whose request still runs.
+    /// Dropping it cancels the generation (the engine frees its session).
     pub stream: GenerationStream,
-    pub lease: Lease,
     pub first: Event,
     /// When the generation must stop (the server's `max_generation_time`).
     pub deadline: tokio::time::Instant,
@@ -48,57 +48,51 @@ pub(crate) enum Item {
     Done(DoneStats),
 }
 
-/// Interprets an event, recording generated tokens in the lease.
-pub(crate) fn classify(lease: &mut Lease, ev: Event) -> Option<Item> {
+/// Interprets an event.
+pub(crate) fn classify(ev: Event) -> Option<Item> {
     if let Some(v) = event_json(&ev) {
         return Some(Item::Memory(v));
     }
     match ev {
-        Event::Token { id, text } => {
-            lease.push_token(id);
-            Some(Item::Text(text))
-        }
-        Event::Text { text } => Some(Item::Text(text)),
+        Event::Token { text, .. } | Event::Text { text } => Some(Item::Text(text)),
         Event::Done(d) => Some(Item::Done(d)),
         _ => None,
     }
 }
 
-/// Takes a session for `prompt` and starts the generation; errors the engine reports before
-/// the first event (prompt too long, over memory...) become error replies.
+/// Starts the generation in a session of the engine's pool for `tenant` (its durable
+/// conversation, with durable sessions); errors the engine reports before the first event
+/// (every session busy, prompt too long, over memory...) become error replies.
 pub(crate) async fn start(
     app: &AppState,
     input: Input,
-    prompt: &[u32],
     params: &Params,
-    tenant: &Tenant,
+    tenant: Tenant,
     slot: Slot,
 ) -> Result<Started, ApiError> {
-    let named = (tenant.durable_name(app.cfg.api_keys.len())).filter(|_| app.cfg.durable_sessions);
-    let acquire = || async {
-        match &named {
-            Some(name) => app.sessions.acquire_named(name, tenant, prompt).await,
-            None => app.sessions.acquire(prompt, tenant).await,
-        }
+    let keys = app.cfg.api_keys.len();
+    let durable = durable_name(&tenant, keys).filter(|_| app.cfg.durable_sessions);
+    let pool = PoolRequest {
+        tenant,
+        durable: durable.clone(),
+        options: app.session_options.clone(),
     };
-    let mut lease = acquire().await?;
-    tracing::debug!(session = %lease.id, expected_reuse = lease.expected_reuse, "session taken");
-    let request = |session| GenerateRequest {
-        session,
-        input: input.clone(),
+    let started = app.engine.generate(GenerateRequest {
+        session: pool.into(),
+        input,
         sampling: params.sampling.clone(),
         stop: params.stop.clone(),
         max_tokens: params.max_tokens,
-    };
-    let mut stream = match app.engine.generate(request(lease.id)).await {
-        // The engine dropped the session (a contained failure): take another one, once.
-        Err(EngineError::UnknownSession(_)) => {
-            lease.forget();
-            lease = acquire().await?;
-            app.engine.generate(request(lease.id)).await?
+    });
+    let mut stream = match (started.await, durable) {
+        (Err(EngineError::SessionBusy(_)), Some(name)) => {
+            return Err(ApiError::overloaded(format!(
+                "a request of conversation '{name}' is running; retry when it ends"
+            )))
         }
-        started => started?,
+        (started, _) => started?,
     };
+    tracing::debug!(session = %stream.session(), "session taken");
     let first = match stream.next().await {
         Some(Ok(first)) => first,
         Some(Err(e)) => return Err(e.into()),
@@ -107,7 +101,6 @@ pub(crate) async fn start(
     let deadline = tokio::time::Instant::now() + app.cfg.max_generation_time;
     Ok(Started {
         stream,
-        lease,
         first,
         deadline,
         slot,
@@ -124,9 +117,7 @@ pub(crate) struct Collected {
 
 /// Reads a started generation to the end (cancelling it if the server shuts down).
 pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, ApiError> {
-    // Bindings drop in reverse order: the stream (cancelling) before the lease.
     let Started {
-        mut lease,
         mut stream,
         first,
         deadline,
@@ -159,7 +150,7 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Api
         match item {
             None => return Err(EngineError::ShuttingDown.into()),
             Some(Err(e)) => return Err(e.into()),
-            Some(Ok(ev)) => match classify(&mut lease, ev) {
+            Some(Ok(ev)) => match classify(ev) {
                 Some(Item::Text(t)) => text.push_str(&t),
                 Some(Item::Memory(v)) => events.push(v),
                 Some(Item::Done(done)) => return Ok(Collected { text, events, done }),

@@ -4,8 +4,8 @@ use crate::error::ApiError;
 use crate::format::{event_header_item, Kind, Shape};
 use crate::generate::{self, Started};
 use crate::request::{chat_messages, parse_body, ChatRequest, CompletionRequest, Params, Prompt};
-use crate::sessions::Tenant;
 use crate::state::AppState;
+use crate::tenant::Tenant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -164,10 +164,9 @@ async fn chat_completions(
         let messages = chat_messages(&req.messages)?;
         let slot = app.gate.enter().await?;
         let encoded = app.encode(Input::Chat(messages)).await?;
-        let prompt = encoded.tokens().to_vec();
         let tenant = tenant(key, req.common.user.as_deref());
         let input = Input::Encoded(Box::new(encoded));
-        let started = generate::start(&app, input, &prompt, &params, &tenant, slot).await?;
+        let started = generate::start(&app, input, &params, tenant, slot).await?;
         respond(app.clone(), app.shape(Kind::Chat), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -186,16 +185,16 @@ async fn completions(
             .common
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
         let slot = app.gate.enter().await?;
-        let (input, prompt) = completion_input(&app, req.prompt).await?;
+        let input = completion_input(&app, req.prompt).await?;
         let tenant = tenant(key, req.common.user.as_deref());
-        let started = generate::start(&app, input, &prompt, &params, &tenant, slot).await?;
+        let started = generate::start(&app, input, &params, tenant, slot).await?;
         respond(app.clone(), app.shape(Kind::Completion), started, &params).await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The engine input and prompt tokens of a completion request.
-async fn completion_input(app: &AppState, prompt: Prompt) -> Result<(Input, Vec<u32>), ApiError> {
+/// The engine input of a completion request (tokenized, its size checked).
+async fn completion_input(app: &AppState, prompt: Prompt) -> Result<Input, ApiError> {
     let text = match prompt {
         Prompt::Text(t) => t,
         Prompt::Texts(mut v) if v.len() == 1 => v.remove(0),
@@ -217,15 +216,14 @@ async fn completion_input(app: &AppState, prompt: Prompt) -> Result<(Input, Vec<
                 ));
             }
             app.check_prompt_len(ids.len())?;
-            return Ok((Input::Tokens(ids.clone()), ids));
+            return Ok(Input::Tokens(ids));
         }
     };
     if text.is_empty() {
         return Err(ApiError::bad_param("prompt", "the prompt is empty"));
     }
     let encoded = app.encode(Input::Text(text)).await?;
-    let ids = encoded.tokens().to_vec();
-    Ok((Input::Encoded(Box::new(encoded)), ids))
+    Ok(Input::Encoded(Box::new(encoded)))
 }
 
 /// Streams the generation, or reads it to the end and replies once.
@@ -309,7 +307,6 @@ async fn health(State(app): App) -> Response {
 async fn metrics(State(app): App) -> Response {
     let stats = app.engine.stats().await;
     let load = crate::metrics::Load {
-        pool: app.sessions.counts(),
         gate: (app.gate.running(), app.gate.waiting()),
     };
     let text = crate::metrics::render(&stats, &app.metrics, load);

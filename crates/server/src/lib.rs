@@ -9,9 +9,10 @@
 //!   `x-statelm-events` header (`context_trimmed;kept=..;dropped=..`).
 //! - `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
 //!
-//! Conversation reuse: the server keeps a pool of engine sessions keyed by their token history
-//! and sends each request to the idle session sharing the longest start with its prompt, so a
-//! chat that resends its conversation computes only the new message.
+//! Conversation reuse: every request runs in a session of the engine's pool
+//! ([`statelm_engine::PoolRequest`]): the engine sends it to its tenant's idle session sharing
+//! the longest start with its prompt, so a chat that resends its conversation computes only
+//! the new message. The server keeps no token history of its own.
 //!
 //! Bad input always gets an OpenAI-style JSON error with a 4xx status; a client that goes away
 //! cancels its generation; shutdown lets in-flight generations finish for a grace period.
@@ -41,9 +42,9 @@ mod handlers;
 mod listen;
 mod metrics;
 mod request;
-mod sessions;
 mod state;
 mod stream;
+mod tenant;
 
 pub use config::ServerConfig;
 pub use error::ServerError;
@@ -85,8 +86,6 @@ pub async fn serve_with_shutdown(
 ) -> Result<(), ServerError> {
     let app = state::AppState::new(engine, cfg);
     let grace = app.cfg.shutdown_grace;
-    let reconciler = tokio::spawn(reconcile(app.clone()));
-    let _reconciler = AbortOnDrop(reconciler);
     let router = handlers::build(app.clone());
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = listen::serve(listener, router, app.clone(), async move {
@@ -107,30 +106,6 @@ pub async fn serve_with_shutdown(
     match tokio::time::timeout(AFTER_ABORT, &mut server).await {
         Ok(r) => r.map_err(ServerError::from),
         Err(_) => Ok(()),
-    }
-}
-
-/// Aborts a background task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Reconciles the session pool with the engine every `reconcile_interval`, for as long as the
-/// server runs.
-async fn reconcile(app: std::sync::Arc<state::AppState>) {
-    let mut tick = tokio::time::interval(app.cfg.reconcile_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut suspects = Vec::new();
-    loop {
-        tick.tick().await;
-        let (forgotten, closed) = app.sessions.reconcile(&mut suspects).await;
-        if forgotten + closed > 0 {
-            tracing::info!(forgotten, closed, "session pool reconciled with the engine");
-        }
     }
 }
 

@@ -165,11 +165,10 @@ const GAUGES: &[EngineMetric] = &[
     ),
 ];
 
-/// The server's own figures beside its counters: the pool's sessions (all, busy) and the
-/// gate's generations (running, waiting).
+/// The server's own figures beside its counters: the gate's generations (running, waiting).
+/// (The sessions are the engine's: `statelm_sessions`, `statelm_active_generations`.)
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Load {
-    pub pool: (usize, usize),
     pub gate: (usize, usize),
 }
 
@@ -231,19 +230,7 @@ pub(crate) fn render(s: &EngineStats, m: &Metrics, load: Load) -> String {
 /// The server's own gauges and counters.
 fn render_server(o: &mut Out, m: &Metrics, load: Load) {
     use std::sync::atomic::Ordering::Relaxed;
-    let rows: [(&str, &str, &str, f64); 9] = [
-        (
-            "server_sessions",
-            "gauge",
-            "Sessions in the server's reuse pool.",
-            load.pool.0 as f64,
-        ),
-        (
-            "server_sessions_busy",
-            "gauge",
-            "Pool sessions serving a request.",
-            load.pool.1 as f64,
-        ),
+    let rows: [(&str, &str, &str, f64); 7] = [
         (
             "generations_running",
             "gauge",

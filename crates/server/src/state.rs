@@ -1,4 +1,4 @@
-//! What every handler shares: the engine, the configuration, the session pool, the counters
+//! What every handler shares: the engine, the configuration, the sessions' options, the counters
 //! and the shutdown switch; plus prompt tokenization (the way the engine tokenizes prompts).
 
 use crate::config::ServerConfig;
@@ -7,7 +7,6 @@ use crate::format::{Kind, Shape};
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::request::Limits;
-use crate::sessions::Sessions;
 use statelm_engine::{Encoded, EngineHandle, Input, SessionOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +18,8 @@ use tokio::sync::watch;
 pub(crate) struct AppState {
     pub engine: EngineHandle,
     pub cfg: ServerConfig,
-    pub sessions: Arc<Sessions>,
+    /// Options of the sessions the engine's pool creates for requests.
+    pub session_options: SessionOptions,
     /// Bounds the generations running and waiting.
     pub gate: Gate,
     pub metrics: Metrics,
@@ -40,16 +40,15 @@ pub(crate) fn unix_now() -> u64 {
 impl AppState {
     /// A server over `engine`.
     pub fn new(engine: EngineHandle, cfg: ServerConfig) -> Arc<AppState> {
-        let opts = SessionOptions {
+        let session_options = SessionOptions {
             token_budget: cfg.token_budget,
             ..SessionOptions::default()
         };
-        let sessions = Arc::new(Sessions::new(engine.clone(), opts, cfg.max_sessions));
         let gate = Gate::new(cfg.concurrency(), cfg.max_queued, cfg.queue_timeout);
         Arc::new(AppState {
             engine,
             cfg,
-            sessions,
+            session_options,
             gate,
             metrics: Metrics::default(),
             abort: watch::channel(false).0,

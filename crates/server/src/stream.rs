@@ -64,14 +64,13 @@ enum Flow {
 
 /// Sends what one engine event means to the client.
 async fn forward(
-    s: &mut Started,
     shape: &Shape,
     tx: &mpsc::Sender<String>,
     events: &mut Vec<Value>,
     include_usage: bool,
     ev: statelm_engine::Event,
 ) -> Flow {
-    let ok = match classify(&mut s.lease, ev) {
+    let ok = match classify(ev) {
         Some(Item::Text(t)) if !t.is_empty() => send(tx, &shape.text_chunk(&t)).await,
         Some(Item::Memory(v)) => {
             let ok = send(tx, &shape.event_chunk(v.clone())).await;
@@ -144,7 +143,7 @@ async fn drive(
             },
         };
         let flow = match item {
-            Some(Ok(ev)) => forward(&mut s, &shape, &tx, &mut events, include_usage, ev).await,
+            Some(Ok(ev)) => forward(&shape, &tx, &mut events, include_usage, ev).await,
             Some(Err(e)) => {
                 let err = crate::error::ApiError::from(e);
                 tracing::warn!(error = %err.message, "generation failed mid-stream");

@@ -40,7 +40,7 @@ async fn answer(
     let session = engine.create_session(SessionOptions::default()).await?;
     let mut stream = engine
         .generate(GenerateRequest {
-            session,
+            session: session.into(),
             input: Input::Chat(vec![ChatMessage::new("user", prompt)]),
             sampling: SamplingParams {
                 lookup,

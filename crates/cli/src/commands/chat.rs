@@ -334,7 +334,7 @@ impl<'a> Repl<'a> {
         let mut stream = self
             .engine
             .generate(GenerateRequest {
-                session,
+                session: session.into(),
                 input,
                 sampling: self.sampling(),
                 stop: Vec::new(),

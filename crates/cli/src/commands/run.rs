@@ -158,7 +158,7 @@ async fn generate(args: &RunArgs, engine: &EngineHandle, budget: usize) -> Resul
     let session = engine.create_session(SessionOptions::default()).await?;
     let mut stream = engine
         .generate(GenerateRequest {
-            session,
+            session: session.into(),
             input: args.input(),
             sampling: args.sampling(),
             stop: args.stop.clone(),

@@ -464,7 +464,7 @@ pub async fn run_load(
         };
         let words = user_message(&mut rng, cfg.words_per_turn);
         let req = GenerateRequest {
-            session: sessions[k],
+            session: sessions[k].into(),
             input: Input::Append(format!("{sep}User: {words}\nAssistant:")),
             sampling: sampling(model, cfg, turn),
             stop: Vec::new(),

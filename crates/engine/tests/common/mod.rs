@@ -4,7 +4,7 @@
 use futures::StreamExt;
 use statelm_engine::{
     DoneStats, Engine, EngineConfig, EngineError, EngineHandle, Event, GenerateRequest, Input,
-    SamplingParams, SessionId,
+    SamplingParams, SessionId, Target,
 };
 use statelm_model::{LoadOptions, Model};
 use std::sync::{Arc, OnceLock};
@@ -82,9 +82,9 @@ pub fn record(run: &mut Run, ev: Event) {
 }
 
 /// A greedy request.
-pub fn greedy(session: SessionId, input: Input, max_tokens: usize) -> GenerateRequest {
+pub fn greedy(session: impl Into<Target>, input: Input, max_tokens: usize) -> GenerateRequest {
     GenerateRequest {
-        session,
+        session: session.into(),
         input,
         sampling: SamplingParams::greedy(),
         stop: Vec::new(),
