@@ -80,7 +80,6 @@ pub use error::EngineError;
 pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod};
 pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
-pub use plan::common_prefix;
 pub use pool::{PoolRequest, Target, Tenant};
 pub use request::{Encoded, GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;

@@ -36,9 +36,9 @@ pub(crate) struct ReusePlan {
     pub feed_from: usize,
 }
 
-/// How many tokens `a` and `b` share from the start: the one measure of prompt reuse for the
-/// engine, the server's pool and the CLI's chat.
-pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+/// How many tokens `a` and `b` share from the start: the one measure of prompt reuse (the
+/// engine's prompt plans, its session pool and turn-diffing).
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
