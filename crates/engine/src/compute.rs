@@ -201,7 +201,7 @@ fn admit(
     let after = trimmed_to.unwrap_or(plan.state_keep + plan.history.len() - plan.feed_from);
     let peak = (after + job.max_tokens).min(budget);
     // Prompt lookup's verification returns a logits row per drafted token as well.
-    let drafts = job.spec.as_ref().map_or(0, |sp| sp.length.max());
+    let drafts = job.spec.as_ref().map_or(0, |sp| sp.policy.max());
     let rows = (drafts * core.model.config().n_vocab * 4) as u64;
     let needed = core.growth(s, peak) + rows;
     let mut what = format!(
@@ -292,7 +292,7 @@ fn prefill(
         Some(sp) if last => sp.pending.len(),
         _ => 0,
     };
-    let before = state.len();
+    let (before, batch, started) = (state.len(), chunk.len(), Instant::now());
     let mut logits = std::mem::take(&mut job.logits);
     let result = core.model.forward_into(
         &mut core.scratch,
@@ -321,7 +321,12 @@ fn prefill(
     s.evaluated = feed.evaluated();
     core.observe_scratch();
     match result {
-        Ok(()) => {}
+        Ok(()) => {
+            if let Some(sp) = job.spec.as_mut().filter(|_| job.prompt_done) {
+                let secs = started.elapsed().as_secs_f64();
+                sp.policy.observe_pass(batch, secs);
+            }
+        }
         Err(ModelError::Cancelled) => return Ok(Next::Stop(StopReason::Cancelled)),
         Err(e) => return Err(e.into()),
     };
@@ -448,19 +453,20 @@ fn stream_token(
     }
 }
 
-/// Drafts to feed after the token just sampled: what prompt lookup proposes, within the
-/// budget's room, the tokens still to generate and one prefill chunk; none while the State has
-/// tokens to re-prefill.
+/// Drafts to feed after the token just sampled: as many of what prompt lookup proposes (within
+/// the budget's room, the tokens still to generate and one prefill chunk) as the draft policy
+/// finds worth checking; none while the State has tokens to re-prefill. The first proposed
+/// token left unchecked becomes the policy's shadow trial.
 fn drafts_for(job: &mut Job, s: &mut Session, core: &Core) -> Vec<u32> {
-    let Some(sp) = job.spec.as_ref() else {
+    let Some(sp) = job.spec.as_mut() else {
         return Vec::new();
     };
     let pending = s.state.as_ref().map_or(1, State::pending_reprefill);
     let budget = s.effective_budget(core.factor);
     let room = budget.saturating_sub(s.state_len() + 1);
     let max = sp
-        .length
-        .get()
+        .policy
+        .max()
         .min(room)
         .min(job.max_tokens.saturating_sub(job.generated + 1))
         .min(core.chunk.saturating_sub(1));
@@ -472,7 +478,14 @@ fn drafts_for(job: &mut Job, s: &mut Session, core: &Core) -> Vec<u32> {
         s.lookup = crate::lookup::NgramIndex::new(ngram_max);
     }
     s.lookup.extend(&s.history);
-    s.lookup.draft(&s.history, max)
+    let Some((ngram, mut proposal)) = s.lookup.draft_match(&s.history, max) else {
+        return Vec::new();
+    };
+    let k = sp.policy.choose(proposal.len(), ngram);
+    sp.shadow = proposal.get(k).map(|&t| (t, ngram, k == 0));
+    proposal.truncate(k);
+    sp.pending_ngram = ngram;
+    proposal
 }
 
 /// Trims the State before it passes the budget during decoding.

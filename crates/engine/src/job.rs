@@ -100,8 +100,9 @@ impl Job {
             phase: Phase::Start,
             logits: Logits::default(),
             input: Some(req.input),
-            spec: (req.sampling.lookup > 0)
-                .then(|| crate::speculate::Speculation::new(req.sampling.lookup)),
+            spec: (req.sampling.lookup > 0).then(|| {
+                crate::speculate::Speculation::new(req.sampling.lookup, req.sampling.ngram_max)
+            }),
             sampler: Sampler::with_breakers(req.sampling, breakers),
             stop: StopMatcher::new(&req.stop),
             detok: None,

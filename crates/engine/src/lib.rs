@@ -46,6 +46,7 @@ mod config;
 mod config_patch;
 mod core;
 mod defaults;
+mod draft_policy;
 pub mod dry;
 mod durable;
 mod error;

@@ -6,8 +6,8 @@
 //! occurrence of the context's last n tokens, trying the longest n first and n = 1 only when
 //! `ngram_max` is 1 (see [`MIN_NGRAM`]). Indexing a token
 //! costs `ngram_max` hash-map updates, a draft `ngram_max` lookups: O(1) amortized per step,
-//! with no scan of the history. [`DraftLength`] adapts how many tokens to propose to the
-//! recent acceptance rate.
+//! with no scan of the history. How many of the proposed tokens are checked is the engine's
+//! draft policy's choice (acceptance and pass costs measured as the generation runs).
 
 use std::collections::HashMap;
 
@@ -85,11 +85,19 @@ impl NgramIndex {
 
     /// Up to `max` tokens that followed the latest earlier occurrence of `history`'s last n
     /// tokens, for the longest n (from `ngram_max` down to [`MIN_NGRAM`], or 1 when `ngram_max`
-    /// is 1) that occurred before; empty when none did. `history` must be what the index was last extended with.
+    /// is 1) that occurred before; empty when none did. `history` must be what the index was
+    /// last extended with.
     pub fn draft(&self, history: &[u32], max: usize) -> Vec<u32> {
+        self.draft_match(history, max)
+            .map(|(_, d)| d)
+            .unwrap_or_default()
+    }
+
+    /// [`NgramIndex::draft`] with the length of the match it followed (`None`: no draft).
+    pub fn draft_match(&self, history: &[u32], max: usize) -> Option<(usize, Vec<u32>)> {
         let len = history.len();
         if max == 0 {
-            return Vec::new();
+            return None;
         }
         for n in (self.ngram_min()..=self.ngram_max.min(len)).rev() {
             let tail = &history[len - n..];
@@ -97,50 +105,10 @@ impl NgramIndex {
                 continue;
             };
             if end < len && end >= n && history[end - n..end] == *tail {
-                return history[end..(end + max).min(len)].to_vec();
+                return Some((n, history[end..(end + max).min(len)].to_vec()));
             }
         }
-        Vec::new()
-    }
-}
-
-/// How many tokens to draft next: doubles while every draft is accepted, halves when none is,
-/// between 1 and `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DraftLength {
-    current: usize,
-    max: usize,
-}
-
-impl DraftLength {
-    /// Starts at `max` (at least 1).
-    pub fn new(max: usize) -> DraftLength {
-        let max = max.max(1);
-        DraftLength { current: max, max }
-    }
-
-    /// Tokens to draft now.
-    pub fn get(&self) -> usize {
-        self.current
-    }
-
-    /// The most it ever drafts.
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
-    /// Records that `accepted` of `drafted` tokens were accepted.
-    pub fn update(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
-        }
-        self.current = if accepted == drafted {
-            (self.current * 2).min(self.max)
-        } else if accepted == 0 {
-            (self.current / 2).max(1)
-        } else {
-            accepted.clamp(1, self.max)
-        };
+        None
     }
 }
 
@@ -183,20 +151,6 @@ mod tests {
         let mut ix = NgramIndex::new(1);
         ix.extend(&h);
         assert_eq!(ix.draft(&h, 2), vec![5, 6]);
-    }
-
-    #[test]
-    fn draft_length_adapts() {
-        let mut d = DraftLength::new(8);
-        assert_eq!(d.get(), 8);
-        d.update(8, 0);
-        assert_eq!(d.get(), 4);
-        d.update(4, 4);
-        assert_eq!(d.get(), 8);
-        d.update(8, 3);
-        assert_eq!(d.get(), 3);
-        d.update(0, 0);
-        assert_eq!(d.get(), 3);
     }
 
     proptest! {

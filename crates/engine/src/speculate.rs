@@ -12,7 +12,7 @@
 //! otherwise draws from `p` without `d`: the usual speculative rule for a one-hot draft.)
 //! Cells of rejected drafts are cut from the State before anything else happens to it.
 
-use crate::lookup::DraftLength;
+use crate::draft_policy::DraftPolicy;
 use crate::session::Session;
 use statelm_model::Logits;
 
@@ -29,6 +29,8 @@ pub(crate) struct Drafts {
     pub rows: Logits,
     /// Drafts accepted so far (the next row to sample from).
     pub next: usize,
+    /// The length of the n-gram match they followed.
+    pub ngram: usize,
 }
 
 impl Drafts {
@@ -43,12 +45,18 @@ impl Drafts {
 pub(crate) struct Speculation {
     /// Drafts being fed (at the end of the feed in progress), not yet in flight.
     pub pending: Vec<u32>,
+    /// The length of the match `pending` followed.
+    pub pending_ngram: usize,
+    /// The first proposed token the policy did not check, its match length, and whether it was
+    /// the proposal's first: compared with the token sampled after the checked drafts (a trial
+    /// that costs nothing).
+    pub shadow: Option<(u32, usize, bool)>,
     /// Drafts in flight.
     pub drafts: Option<Drafts>,
     /// The logits buffer of the last drafts, handed back to the decode loop for reuse.
     spare: Option<Logits>,
     /// How many to draft next.
-    pub length: DraftLength,
+    pub policy: DraftPolicy,
     /// Tokens drafted (fed speculatively).
     pub drafted: usize,
     /// Drafts accepted.
@@ -56,13 +64,16 @@ pub(crate) struct Speculation {
 }
 
 impl Speculation {
-    /// Speculation drafting up to `lookup` tokens (clamped to [`MAX_LOOKUP`]).
-    pub fn new(lookup: usize) -> Speculation {
+    /// Speculation drafting up to `lookup` tokens (clamped to [`MAX_LOOKUP`]) after matches
+    /// of up to `ngram_max` tokens.
+    pub fn new(lookup: usize, ngram_max: usize) -> Speculation {
         Speculation {
             pending: Vec::new(),
+            pending_ngram: 0,
+            shadow: None,
             drafts: None,
             spare: None,
-            length: DraftLength::new(lookup.min(MAX_LOOKUP)),
+            policy: DraftPolicy::new(lookup.min(MAX_LOOKUP), ngram_max),
             drafted: 0,
             accepted: 0,
         }
@@ -77,31 +88,37 @@ impl Speculation {
             tokens,
             rows,
             next: 0,
+            ngram: self.pending_ngram,
         });
     }
 
     /// Checks the sampled token `id` against the next draft: `true` when it is that draft (its
     /// cell is already in the State). Otherwise the unchecked drafts are cut from the State.
+    /// The token after the drafts (all accepted, or none drafted) scores the shadow proposal.
     pub fn check(&mut self, s: &mut Session, id: u32) -> bool {
-        let Some(d) = self.drafts.as_mut() else {
-            return false;
-        };
-        if d.next < d.tokens.len() && d.tokens[d.next] == id {
-            d.next += 1;
-            self.accepted += 1;
-            return true;
+        if let Some(d) = self.drafts.as_mut().filter(|d| d.next < d.tokens.len()) {
+            if d.tokens[d.next] == id {
+                d.next += 1;
+                self.accepted += 1;
+                return true;
+            }
+            // The text left the drafts before the shadow's position.
+            self.shadow = None;
+        }
+        if let Some((token, ngram, first)) = self.shadow.take() {
+            self.policy.observe_shadow(ngram, first, token == id);
         }
         self.settle(s);
         false
     }
 
-    /// Ends the drafts in flight: cuts the unchecked ones from the State and adapts the draft
-    /// length to how many were accepted.
+    /// Ends the drafts in flight: cuts the unchecked ones from the State and tells the policy
+    /// how many were accepted.
     pub fn settle(&mut self, s: &mut Session) {
         let Some(d) = self.drafts.take() else {
             return;
         };
-        self.length.update(d.tokens.len(), d.next);
+        self.policy.observe_drafts(d.ngram, d.tokens.len(), d.next);
         let cut = d.unchecked();
         self.spare = Some(d.rows);
         if cut > 0 {
