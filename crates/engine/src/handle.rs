@@ -39,7 +39,7 @@ impl Engine {
         let config = config.sanitized();
         let (tx, rx) = mpsc::channel(config.queue_depth);
         let shared = Arc::new(Shared::new(config.pressure_hold));
-        let stream_buffer = config.stream_buffer;
+        let (stream_buffer, max_sessions) = (config.stream_buffer, config.max_sessions);
         let core = Core::new(model, config);
         let actor = Actor::new(core, rx, shared.clone());
         let thread = std::thread::Builder::new()
@@ -55,6 +55,7 @@ impl Engine {
                 cancels: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
                 stream_buffer,
+                max_sessions,
             }),
         }
     }
@@ -67,6 +68,7 @@ struct Inner {
     cancels: Mutex<HashMap<RequestId, Arc<AtomicBool>>>,
     next_request: AtomicU64,
     stream_buffer: usize,
+    max_sessions: usize,
 }
 
 impl Drop for Inner {
@@ -279,6 +281,12 @@ impl EngineHandle {
     /// Figures about one session.
     pub async fn session_info(&self, id: SessionId) -> Result<SessionInfo, EngineError> {
         self.inner.call(|r| Command::Info(id, r)).await
+    }
+
+    /// The most sessions the engine holds (its configured `max_sessions`): the size of its
+    /// session pool.
+    pub fn max_sessions(&self) -> usize {
+        self.inner.max_sessions
     }
 
     /// Whether the engine thread is alive and taking commands (false once it stopped, for

@@ -30,9 +30,6 @@ pub struct ServerConfig {
     /// DRY, the loop guard) and `max_tokens` — the model file's `general.sampling.*` where it
     /// has them, else built-in chat values ([`statelm_engine::ChatDefaults`]).
     pub defaults: ChatDefaults,
-    /// The engine's `max_sessions` (the size of its session pool: conversations reusable at
-    /// once); bounds `max_concurrent`.
-    pub max_sessions: usize,
     /// Token budget of each session (`None`: the engine's default).
     pub token_budget: Option<usize>,
     /// Requests with a `user` (a plain identifier) run in the durable engine session of that
@@ -44,7 +41,8 @@ pub struct ServerConfig {
     /// Host names requests may address the server by, besides IP addresses and `localhost`
     /// (other `Host` headers get 403: the DNS-rebinding guard).
     pub allowed_hosts: Vec<String>,
-    /// Generations running at once (`None`: `max_sessions`); more wait in a fair queue.
+    /// Generations running at once (`None`: the engine's `max_sessions`); more wait in a fair
+    /// queue.
     pub max_concurrent: Option<usize>,
     /// Requests that may wait for a generation slot; beyond them, 503 with `Retry-After`.
     pub max_queued: usize,
@@ -72,7 +70,6 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_prompt_tokens", &self.max_prompt_tokens)
             .field("max_tokens_limit", &self.max_tokens_limit)
             .field("defaults", &self.defaults)
-            .field("max_sessions", &self.max_sessions)
             .field("token_budget", &self.token_budget)
             .field("durable_sessions", &self.durable_sessions)
             .field("shutdown_grace", &self.shutdown_grace)
@@ -110,7 +107,6 @@ impl ServerConfig {
             max_prompt_tokens: 32768,
             max_tokens_limit: 8192,
             defaults,
-            max_sessions: 16,
             token_budget: None,
             durable_sessions: false,
             shutdown_grace: Duration::from_secs(10),
@@ -125,9 +121,10 @@ impl ServerConfig {
         }
     }
 
-    /// Generations running at once: `max_concurrent`, at most `max_sessions`.
-    pub fn concurrency(&self) -> usize {
-        (self.max_concurrent.unwrap_or(self.max_sessions)).clamp(1, self.max_sessions.max(1))
+    /// Generations running at once: `max_concurrent`, at most `sessions` (the engine's
+    /// `max_sessions`: a generation needs a session of its own).
+    pub fn concurrency(&self, sessions: usize) -> usize {
+        (self.max_concurrent.unwrap_or(sessions)).clamp(1, sessions.max(1))
     }
 
     /// Whether a request's `model` names the served model. Lenient: `"statelm"`, the id and

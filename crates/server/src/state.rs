@@ -44,7 +44,11 @@ impl AppState {
             token_budget: cfg.token_budget,
             ..SessionOptions::default()
         };
-        let gate = Gate::new(cfg.concurrency(), cfg.max_queued, cfg.queue_timeout);
+        let gate = Gate::new(
+            cfg.concurrency(engine.max_sessions()),
+            cfg.max_queued,
+            cfg.queue_timeout,
+        );
         Arc::new(AppState {
             engine,
             cfg,

@@ -172,7 +172,6 @@ pub fn run(args: &ServeArgs, ctx: &Ctx) -> Result<()> {
         .filter(|k| !k.is_empty())
         .cloned()
         .collect();
-    cfg.max_sessions = args.max_sessions as usize;
     cfg.token_budget = Some(budget);
     cfg.durable_sessions = args.session_dir.is_some();
     cfg.max_prompt_tokens = args.max_prompt_tokens;

@@ -88,7 +88,6 @@ pub async fn start_with(
     cfg.api_keys = vec![KEY.to_string()];
     cfg.shutdown_grace = Duration::from_secs(2);
     tune(&mut ecfg, &mut cfg);
-    ecfg.max_sessions = cfg.max_sessions;
     let engine = Engine::start(model.clone(), ecfg);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -25,8 +25,8 @@ fn cached(reply: &Value) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_prefix_cache_never_crosses_tenants() {
     let other_key = "second-key-456";
-    let Some(server) = start(|_, cfg| {
-        cfg.max_sessions = 2;
+    let Some(server) = start(|e, cfg| {
+        e.max_sessions = 2;
         cfg.api_keys.push(other_key.to_string());
     })
     .await
@@ -60,7 +60,7 @@ async fn the_prefix_cache_never_crosses_tenants() {
 /// a probe sharing part of another client's prompt gets no cache, even with the pool full.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_probes_learn_nothing() {
-    let Some(server) = start(|_, cfg| cfg.max_sessions = 1).await else {
+    let Some(server) = start(|e, _| e.max_sessions = 1).await else {
         return;
     };
     let a = server.addr;

@@ -10,8 +10,8 @@ const COMPLETIONS: &str = "/v1/completions";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_dropped_while_waiting_leak_nothing() {
-    let Some(server) = start(|e, cfg| {
-        cfg.max_sessions = 2;
+    let Some(server) = start(|e, _| {
+        e.max_sessions = 2;
         e.prefill_chunk = 1024;
     })
     .await
