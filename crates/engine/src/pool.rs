@@ -371,6 +371,55 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever the pool holds, a pick never lends a busy or durable session nor another
+        /// tenant's, holds anonymous requests to whole-prompt continuations, creates only with
+        /// room, closes only idle sessions and only when full, and is full only when nothing
+        /// is idle.
+        #[test]
+        fn picks_keep_tenants_apart(
+            rows in proptest::collection::vec(
+                (0usize..3, proptest::collection::vec(0u32..3, 0..8), 0usize..8,
+                 proptest::bool::ANY, proptest::bool::ANY, 0u64..100),
+                0..6,
+            ),
+            prompt in proptest::collection::vec(0u32..3, 0..10),
+            who in 0usize..3,
+            room in proptest::bool::ANY,
+        ) {
+            let tenants = [user("a"), user("b"), Tenant::default()];
+            let t0 = Instant::now();
+            let c: Vec<Candidate<'_>> = (rows.iter().enumerate())
+                .map(|(i, (t, history, plen, busy, durable, age))| Candidate {
+                    id: SessionId(i as u64 + 1),
+                    tenant: &tenants[*t],
+                    durable: *durable,
+                    history,
+                    prompt_len: (*plen).min(history.len()),
+                    busy: *busy,
+                    last_used: t0 + Duration::from_secs(*age),
+                })
+                .collect();
+            let tenant = &tenants[who];
+            let find = |id: SessionId| c.iter().find(|s| s.id == id).cloned();
+            match pick(&c, &prompt, tenant, room) {
+                Pick::Take(id) => {
+                    let s = find(id).expect("a candidate");
+                    proptest::prop_assert!(!s.busy && !s.durable && s.tenant == tenant);
+                    if tenant.user.is_none() {
+                        let score = common_prefix(s.history, &prompt);
+                        proptest::prop_assert!(score >= MIN_REUSE && score >= s.prompt_len);
+                    }
+                }
+                Pick::Create => proptest::prop_assert!(room),
+                Pick::Replace(id) => {
+                    proptest::prop_assert!(!room && !find(id).expect("a candidate").busy);
+                }
+                Pick::Full => proptest::prop_assert!(!room && c.iter().all(|s| s.busy)),
+            }
+        }
+    }
+
     /// Without a user, only a prompt holding a session's whole previous prompt reuses it: a
     /// probe sharing part of another client's prompt learns nothing (not even when the engine
     /// is full).
