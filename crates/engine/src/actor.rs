@@ -409,10 +409,7 @@ impl Actor {
             .map_err(|e| EngineError::InvalidRequest(e.message))?;
         let sid = match &req.session {
             Target::Session(sid) => *sid,
-            Target::Pool(pool) => {
-                let pool = pool.clone();
-                self.take_from_pool(&pool, &mut req.input)?
-            }
+            Target::Pool(pool) => self.take_from_pool(pool, &mut req.input)?,
         };
         let running = self.job_of(sid);
         if let Some(i) = running.filter(|&i| self.jobs[i].is_cancelled()) {

@@ -48,8 +48,8 @@ fn estimate(r: Rate, prior: f64) -> f64 {
 /// The draft policy of one generation (see the module).
 #[derive(Debug, Clone)]
 pub(crate) struct DraftPolicy {
-    max: usize,
-    /// `secs[b - 1]`: the moving average of a pass of `b` tokens, once seen.
+    /// `secs[b - 1]`: the moving average of a pass of `b` tokens (`b` up to the most drafts
+    /// plus one), once seen.
     secs: Vec<Option<f64>>,
     /// Per match length `n` (index `n - 1`): decayed (accepted, trials) of first drafts and of
     /// later ones.
@@ -60,7 +60,6 @@ impl DraftPolicy {
     /// A policy checking at most `max` drafts, for matches of up to `ngram_max` tokens.
     pub fn new(max: usize, ngram_max: usize) -> DraftPolicy {
         DraftPolicy {
-            max,
             secs: vec![None; max + 1],
             accept: vec![[(0.0, 0.0); 2]; ngram_max.max(1)],
         }
@@ -68,7 +67,7 @@ impl DraftPolicy {
 
     /// The most drafts it ever checks.
     pub fn max(&self) -> usize {
-        self.max
+        self.secs.len() - 1
     }
 
     /// Records a decoding pass of `batch` tokens that took `secs` seconds.
@@ -138,7 +137,7 @@ impl DraftPolicy {
         let (first, later) = self.acceptance(ngram);
         let (mut best, mut best_rate) = (0, 1.0);
         let (mut expected, mut p) = (1.0, first);
-        for k in 1..=proposed.min(self.max) {
+        for k in 1..=proposed.min(self.max()) {
             expected += p;
             p *= later;
             let rate = expected / self.cost(k);

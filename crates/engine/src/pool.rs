@@ -157,6 +157,27 @@ fn lru_idle(sessions: &[Candidate<'_>]) -> Option<SessionId> {
         .map(|s| s.id)
 }
 
+/// The tokens of a pooled request's whole prompt; a `Text` or `Chat` input is encoded here,
+/// once, and becomes [`Input::Encoded`].
+fn whole_prompt<'a>(
+    tok: &statelm_tokenizer::Tokenizer,
+    input: &'a mut Input,
+    opts: &SessionOptions,
+) -> Result<&'a [u32], EngineError> {
+    if matches!(input, Input::Text(_) | Input::Chat(_)) {
+        let taken = std::mem::replace(input, Input::Tokens(Vec::new()));
+        let encoded = Encoded::new(tok, taken, opts.system_prompt.clone())?;
+        *input = Input::Encoded(Box::new(encoded));
+    }
+    match input {
+        Input::Encoded(e) => Ok(e.tokens()),
+        Input::Tokens(t) => Ok(t),
+        _ => Err(EngineError::InvalidRequest(
+            "a request without a session must carry its whole prompt (text, chat or tokens)".into(),
+        )),
+    }
+}
+
 impl Actor {
     /// Resolves a pooled request: the session it runs in (created, opened or taken idle), with
     /// its input encoded once (a `Text` or `Chat` input becomes [`Input::Encoded`]). Requests
@@ -166,11 +187,11 @@ impl Actor {
         req: &PoolRequest,
         input: &mut Input,
     ) -> Result<SessionId, EngineError> {
-        let prompt = self.whole_prompt(input, &req.options)?;
+        let prompt = whole_prompt(self.core.model.tokenizer(), input, &req.options)?;
         self.end_cancelled();
         let id = match &req.durable {
             Some(name) => self.take_durable(name, &req.options)?,
-            None => self.take_pooled(&req.tenant, &prompt, &req.options)?,
+            None => self.take_pooled(&req.tenant, prompt, &req.options)?,
         };
         if let Some(s) = self.core.sessions.get_mut(&id) {
             s.pool = Some(Pooled {
@@ -179,28 +200,6 @@ impl Actor {
             });
         }
         Ok(id)
-    }
-
-    /// The tokens of a pooled request's whole prompt.
-    fn whole_prompt(
-        &self,
-        input: &mut Input,
-        opts: &SessionOptions,
-    ) -> Result<Vec<u32>, EngineError> {
-        if matches!(input, Input::Text(_) | Input::Chat(_)) {
-            let tok = self.core.model.tokenizer();
-            let taken = std::mem::replace(input, Input::Tokens(Vec::new()));
-            let encoded = Encoded::new(tok, taken, opts.system_prompt.clone())?;
-            *input = Input::Encoded(Box::new(encoded));
-        }
-        match input {
-            Input::Encoded(e) => Ok(e.tokens().to_vec()),
-            Input::Tokens(t) => Ok(t.clone()),
-            _ => Err(EngineError::InvalidRequest(
-                "a request without a session must carry its whole prompt (text, chat or tokens)"
-                    .into(),
-            )),
-        }
     }
 
     /// Ends every request whose stream was dropped.

@@ -237,8 +237,8 @@ fn rope(
         record(trace, Some(il), "k_normed", n, k);
     }
     let angles = &mut sc.rope[usize::from(c.is_swa_layer(il))];
+    let (base, scale) = (c.rope_base_of(il), c.rope_scale_of(il));
     for t in 0..n {
-        let (base, scale) = (c.rope_base_of(il), c.rope_scale_of(il));
         angles.compute((p0 + t) as f32, c.head_dim, base, scale);
         let qt = &mut q[t * c.q_dim()..(t + 1) * c.q_dim()];
         let kt = &mut k[t * c.k_dim()..(t + 1) * c.k_dim()];
