@@ -215,9 +215,11 @@ fn bench_lookup_reports_the_ratio_and_the_same_text() {
         .iter()
         .map(|l| l["workload"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["code edit", "prose"]);
+    assert_eq!(names, ["code edit", "rewrite", "prose"]);
     for l in rows {
         assert_eq!(l["same_text"], true, "{l}");
+        // What lookup could gain on the plain answer at no verification cost.
+        assert!(l["ceiling"].as_f64().is_some_and(|c| c >= 1.0), "{l}");
         assert!(l["ratio"].as_f64().is_some_and(f64::is_finite), "{l}");
         assert!(l["accepted"].as_u64() <= l["drafted"].as_u64(), "{l}");
     }
@@ -227,4 +229,39 @@ fn bench_lookup_reports_the_ratio_and_the_same_text() {
     assert!(verify[1]["ms"]["median"]
         .as_f64()
         .is_some_and(|ms| ms > 0.0));
+}
+
+/// `--lookup-prompt` times the user's own prompts instead of the built-in workloads.
+#[test]
+fn bench_lookup_takes_the_users_prompts() {
+    let Some(model) = gemma() else { return };
+    let args = [
+        "bench",
+        "-m",
+        &model,
+        "--prefill",
+        "4",
+        "--decode",
+        "8",
+        "--reps",
+        "1",
+    ];
+    let extra = [
+        "--no-roofline",
+        "--lookup",
+        "2",
+        "--lookup-prompt",
+        "Repeat: one two three",
+    ];
+    let o = run(&[&args[..], &extra[..], &["--json"]].concat(), "");
+    assert!(o.status.success(), "{}", text(&o).1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let rows = v["lookup"].as_array().expect("one row per prompt");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["workload"], "prompt 1");
+    assert_eq!(rows[0]["same_text"], true);
+    // Without --lookup the option is refused, not ignored.
+    assert!(!run(&[&args[..], &["--lookup-prompt", "x"]].concat(), "")
+        .status
+        .success());
 }

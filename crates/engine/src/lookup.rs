@@ -112,6 +112,27 @@ impl NgramIndex {
     }
 }
 
+/// The most tokens per forward pass prompt lookup could give on `answer` after `prompt` —
+/// every proposal of up to `max` drafts checked at no cost, so a pass yields the drafts the
+/// answer agrees with plus one token: `answer.len() / passes`. What a drafter of this index can
+/// gain on a text, whatever the verification costs (1.0: nothing to copy).
+pub fn ceiling(prompt: &[u32], answer: &[u32], ngram_max: usize, max: usize) -> f64 {
+    let mut index = NgramIndex::new(ngram_max);
+    let mut history = prompt.to_vec();
+    let (mut done, mut passes) = (0, 0usize);
+    while done < answer.len() {
+        index.extend(&history);
+        let draft = index.draft(&history, max);
+        let rest = &answer[done..];
+        let agreed = draft.iter().zip(rest).take_while(|(d, a)| d == a).count();
+        let step = (agreed + 1).min(rest.len());
+        history.extend_from_slice(&rest[..step]);
+        done += step;
+        passes += 1;
+    }
+    answer.len() as f64 / passes.max(1) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +149,20 @@ mod tests {
             }
         }
         Vec::new()
+    }
+
+    #[test]
+    fn the_ceiling_counts_passes_at_no_cost() {
+        // Nothing repeats: one token per pass.
+        assert_eq!(ceiling(&[1, 2, 3], &[4, 5, 6, 7], 3, 8), 1.0);
+        // The answer copies the prompt: "1" and "2" come one pass each (no earlier match of
+        // "8 9" or "9 1"), then the match "1 2" drafts 3..8, all agreed: three passes.
+        let prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let answer = [1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(ceiling(&prompt, &answer, 3, 8), 8.0 / 3.0);
+        // Two drafts per pass at most: 1, 2, then 3 4 5 and 6 7 8.
+        assert_eq!(ceiling(&prompt, &answer, 3, 2), 8.0 / 4.0);
+        assert_eq!(ceiling(&prompt, &[], 3, 8), 0.0);
     }
 
     #[test]

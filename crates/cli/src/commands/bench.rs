@@ -14,7 +14,7 @@ use std::time::Instant;
 ///   statelm bench                              # default model, all cores
 ///   statelm bench -m qwen2.5-coder-0.5b --threads 2 --reps 5 --json
 ///   statelm bench --stateless                  # per-token cost with and without a State
-///   statelm bench -m qwen2.5-coder-0.5b --lookup 4  # prompt-lookup decoding on a code edit
+///   statelm bench -m qwen2.5-coder-0.5b --lookup 4  # prompt lookup: edit, rewrite, prose
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
@@ -40,9 +40,14 @@ pub struct BenchArgs {
     #[arg(long)]
     no_roofline: bool,
     /// Also time prompt-lookup decoding with up to N drafts against plain decoding on a code
-    /// edit and on prose (interleaved rounds; the text must be the same).
+    /// edit, a rewrite and prose (interleaved rounds; the text must be the same), with each
+    /// answer's ceiling: its tokens per pass were every check of drafts free.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     lookup: Option<u16>,
+    /// With `--lookup`: time these chat prompts (each one user message) instead of the
+    /// built-in workloads — how much lookup gains, and could gain, on your own text.
+    #[arg(long, value_name = "TEXT", requires = "lookup")]
+    lookup_prompt: Vec<String>,
     /// Also time one speculative verification of each of these batch sizes (all logits, after a
     /// 64-token context, reused buffers), in ms and as a multiple of `--verify 1` (a decode step).
     #[arg(long, value_delimiter = ',', value_name = "K,..")]
@@ -195,6 +200,7 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
             usize::from(n),
             args.decode,
             reps,
+            &args.lookup_prompt,
         )?),
         None => None,
     };
@@ -316,7 +322,7 @@ fn print_comparisons(r: &serde_json::Value) {
     for l in r["lookup"].as_array().into_iter().flatten() {
         println!(
             "lookup {:<2} {:>8.1} tok/s vs plain {:.1} ({:.2}x) on {}; accepted {} of {} \
-             drafts; same text: {}",
+             drafts; same text: {}; ceiling {:.2}x",
             l["lookup"],
             f(&l["lookup_tok_s"]),
             f(&l["plain_tok_s"]),
@@ -324,7 +330,8 @@ fn print_comparisons(r: &serde_json::Value) {
             l["workload"].as_str().unwrap_or("?"),
             l["accepted"],
             l["drafted"],
-            l["same_text"]
+            l["same_text"],
+            f(&l["ceiling"])
         );
     }
     if let Some(rows) = r["verify"].as_array() {

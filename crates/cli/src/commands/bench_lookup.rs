@@ -1,12 +1,15 @@
 //! `statelm bench --lookup N`: prompt-lookup decoding against plain decoding on a code edit
-//! (answers that copy their input) and on open-ended prose (where drafts rarely hit) — the same
-//! engine path as `run`/`chat`/`serve`, interleaved rounds, the same text checked.
+//! (an answer that copies its input), a rewrite (one that copies fragments) and open-ended
+//! prose (where drafts rarely hit) — the same engine path as `run`/`chat`/`serve`, interleaved
+//! rounds, the same text checked — and each answer's ceiling ([`lookup::ceiling`]): what no
+//! draft policy or kernel could beat on that text.
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
+use statelm_engine::lookup::{self, DEFAULT_NGRAM_MAX as NGRAM};
 use statelm_engine::{
-    ChatMessage, Engine, EngineConfig, Event, GenerateRequest, Input, SamplingParams,
+    ChatMessage, Encoded, Engine, EngineConfig, Event, GenerateRequest, Input, SamplingParams,
     SessionOptions,
 };
 use statelm_model::{ForwardOptions, KvType, LogitsMode, Model, StateOptions};
@@ -22,12 +25,25 @@ total += price * qty\n        return total\n\n    def summary(self):\n        li
 [f\"{name}: {qty} x {price}\" for name, price, qty in self.items]\n        \
 lines.append(f\"total: {self.get_total()}\")\n        return \"\\n\".join(lines)\n```";
 
+/// A rewrite: the answer copies short fragments of its input between new tokens.
+const REWRITE: &str = "Rewrite this function with async/await instead of promise chains and \
+show the whole function:\n```javascript\nfunction loadUser(id) {\n  return fetch(\"/api/users/\" \
++ id)\n    .then((res) => res.json())\n    .then((user) => {\n      return fetch(\"/api/teams/\" \
++ user.teamId)\n        .then((res) => res.json())\n        .then((team) => ({ user, team }));\n    \
+})\n    .catch((err) => {\n      console.error(\"failed to load user\", err);\n      throw err;\n    \
+});\n}\n```";
+
 /// Open-ended prose: little to copy from the prompt.
 const PROSE: &str =
     "Write a short story about a lighthouse keeper who finds a message in a bottle.";
 
 /// The workloads, by name.
-const WORKLOADS: [(&str, &str); 2] = [("code edit", EDIT), ("prose", PROSE)];
+const WORKLOADS: [(&str, &str); 3] = [("code edit", EDIT), ("rewrite", REWRITE), ("prose", PROSE)];
+
+/// The chat of one user message.
+fn chat(prompt: &str) -> Input {
+    Input::Chat(vec![ChatMessage::new("user", prompt)])
+}
 
 /// One greedy answer to `prompt` with `lookup`: its tokens, decode tok/s, drafted, accepted.
 async fn answer(
@@ -41,7 +57,7 @@ async fn answer(
     let mut stream = engine
         .generate(GenerateRequest {
             session: session.into(),
-            input: Input::Chat(vec![ChatMessage::new("user", prompt)]),
+            input: chat(prompt),
             sampling: SamplingParams {
                 lookup,
                 ..SamplingParams::greedy()
@@ -71,32 +87,45 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// `reps` interleaved rounds of plain and `lookup` decoding of each workload (`max_tokens`
-/// each): one row per workload.
+/// each): one row per workload — the built-in ones, or `prompts` (named "prompt 1", …).
 pub(crate) fn measure(
     model: &Arc<Model>,
     lookup: usize,
     max_tokens: usize,
     reps: usize,
+    prompts: &[String],
 ) -> Result<Value> {
+    let workloads: Vec<(String, &str)> = if prompts.is_empty() {
+        WORKLOADS.iter().map(|&(n, p)| (n.to_owned(), p)).collect()
+    } else {
+        let named = prompts.iter().enumerate();
+        named
+            .map(|(i, p)| (format!("prompt {}", i + 1), p.as_str()))
+            .collect()
+    };
     let rt = crate::common::runtime()?;
     rt.block_on(async {
         let mut rows = Vec::new();
-        for (name, prompt) in WORKLOADS {
+        for (name, prompt) in workloads {
             let (mut plain, mut fast, mut last) = (Vec::new(), Vec::new(), json!({}));
+            let mut answer_tokens = Vec::new();
             let mut same = true;
             for _ in 0..reps.max(1) {
                 let (a, pa) = answer(model, prompt, 0, max_tokens).await?;
                 let (b, pb) = answer(model, prompt, lookup, max_tokens).await?;
                 same &= a == b;
+                answer_tokens = a;
                 plain.push(pa["tok_s"].as_f64().unwrap_or(f64::NAN));
                 fast.push(pb["tok_s"].as_f64().unwrap_or(f64::NAN));
                 last = pb;
             }
             let (p, f) = (median(plain), median(fast));
+            let prompt = Encoded::new(model.tokenizer(), chat(prompt), None)?;
+            let ceiling = lookup::ceiling(prompt.tokens(), &answer_tokens, NGRAM, lookup);
             rows.push(json!({"lookup": lookup, "workload": name, "plain_tok_s": p,
                              "lookup_tok_s": f, "ratio": f / p, "drafted": last["drafted"],
                              "accepted": last["accepted"], "generated": last["generated"],
-                             "same_text": same}));
+                             "same_text": same, "ceiling": ceiling}));
         }
         Ok(Value::Array(rows))
     })
