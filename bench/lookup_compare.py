@@ -78,6 +78,17 @@ FETCH = '''function loadUser(id) {
     });
 }'''
 
+CONFIG = '''def parse_config(path):
+    with open(path) as f:
+        lines = f.readlines()
+    config = {}
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, value = line.split("=")
+        config[key.strip()] = value.strip()
+    return config'''
 PROMPTS = [
     ("code edit", "Rename the method `get_total` to `total` everywhere in this class and show "
                   "the whole class:\n```python\n" + CART + "\n```"),
@@ -85,6 +96,10 @@ PROMPTS = [
                   "```python\n" + STATS + "\n```"),
     ("code edit", "Rewrite this function with async/await instead of promise chains and show the "
                   "whole function:\n```javascript\n" + FETCH + "\n```"),
+    ("code edit", "Add a docstring to every function in this module and show the whole module:\n"
+                  "```python\n" + STATS + "\n```"),
+    ("code edit", "This function fails on lines whose value contains `=`. Fix it and show the whole "
+                  "function:\n```python\n" + CONFIG + "\n```"),
     ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
     ("prose", "Explain to a new programmer why version control matters."),
 ]
