@@ -183,33 +183,33 @@ fn lookup_gives_the_same_text_and_reports_drafts() {
     assert_eq!(o.status.code(), Some(2), "out of range is a usage error");
 }
 
+/// `statelm bench` on `model` with a 4-token prefill, one rep, no roofline and `extra`: its
+/// JSON report (the command must succeed).
+fn quick_bench(model: &str, extra: &[&str]) -> serde_json::Value {
+    let base = [
+        "bench",
+        "-m",
+        model,
+        "--prefill",
+        "4",
+        "--reps",
+        "1",
+        "--no-roofline",
+    ];
+    let o = run(&[&base[..], extra, &["--json"]].concat(), "");
+    assert!(o.status.success(), "{}", text(&o).1);
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
 /// `statelm bench --lookup N` times prompt lookup against plain decoding on each workload and
 /// checks the text; `--verify` times verification batches.
 #[test]
 fn bench_lookup_reports_the_ratio_and_the_same_text() {
     let Some(model) = gemma() else { return };
-    let o = run(
-        &[
-            "bench",
-            "-m",
-            &model,
-            "--prefill",
-            "4",
-            "--decode",
-            "12",
-            "--reps",
-            "1",
-            "--no-roofline",
-            "--lookup",
-            "2",
-            "--verify",
-            "1,3",
-            "--json",
-        ],
-        "",
+    let v = quick_bench(
+        &model,
+        &["--decode", "12", "--lookup", "2", "--verify", "1,3"],
     );
-    assert!(o.status.success(), "{}", text(&o).1);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     let rows = v["lookup"].as_array().expect("one row per workload");
     let names: Vec<_> = rows
         .iter()
@@ -235,33 +235,16 @@ fn bench_lookup_reports_the_ratio_and_the_same_text() {
 #[test]
 fn bench_lookup_takes_the_users_prompts() {
     let Some(model) = gemma() else { return };
-    let args = [
-        "bench",
-        "-m",
+    let prompt = "Repeat: one two three";
+    let v = quick_bench(
         &model,
-        "--prefill",
-        "4",
-        "--decode",
-        "8",
-        "--reps",
-        "1",
-    ];
-    let extra = [
-        "--no-roofline",
-        "--lookup",
-        "2",
-        "--lookup-prompt",
-        "Repeat: one two three",
-    ];
-    let o = run(&[&args[..], &extra[..], &["--json"]].concat(), "");
-    assert!(o.status.success(), "{}", text(&o).1);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        &["--decode", "8", "--lookup", "2", "--lookup-prompt", prompt],
+    );
     let rows = v["lookup"].as_array().expect("one row per prompt");
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["workload"], "prompt 1");
     assert_eq!(rows[0]["same_text"], true);
     // Without --lookup the option is refused, not ignored.
-    assert!(!run(&[&args[..], &["--lookup-prompt", "x"]].concat(), "")
-        .status
-        .success());
+    let o = run(&["bench", "-m", &model, "--lookup-prompt", "x"], "");
+    assert!(!o.status.success());
 }

@@ -115,7 +115,7 @@ impl NgramIndex {
 /// The most tokens per forward pass prompt lookup could give on `answer` after `prompt` —
 /// every proposal of up to `max` drafts checked at no cost, so a pass yields the drafts the
 /// answer agrees with plus one token: `answer.len() / passes`. What a drafter of this index can
-/// gain on a text, whatever the verification costs (1.0: nothing to copy).
+/// gain on a text, whatever the verification costs (1.0: nothing to copy; 0.0: no answer).
 pub fn ceiling(prompt: &[u32], answer: &[u32], ngram_max: usize, max: usize) -> f64 {
     let mut index = NgramIndex::new(ngram_max);
     let mut history = prompt.to_vec();
