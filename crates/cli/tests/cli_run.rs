@@ -220,6 +220,14 @@ fn bench_lookup_reports_the_ratio_and_the_same_text() {
         assert_eq!(l["same_text"], true, "{l}");
         // What lookup could gain on the plain answer at no verification cost.
         assert!(l["ceiling"].as_f64().is_some_and(|c| c >= 1.0), "{l}");
+        let any = l["any_match_ceiling"].as_f64();
+        assert!(
+            any.is_some_and(|a| a >= l["ceiling"].as_f64().unwrap_or(f64::NAN)),
+            "{l}"
+        );
+        // With --verify: that copy priced at the measured verification costs.
+        let bound = l["any_match_bound"].as_f64();
+        assert!(bound.is_some_and(|b| b > 0.0 && b.is_finite()), "{l}");
         assert!(l["ratio"].as_f64().is_some_and(f64::is_finite), "{l}");
         assert!(l["accepted"].as_u64() <= l["drafted"].as_u64(), "{l}");
     }

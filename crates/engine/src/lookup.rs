@@ -118,19 +118,71 @@ impl NgramIndex {
 /// gain on a text, whatever the verification costs (1.0: nothing to copy; 0.0: no answer).
 pub fn ceiling(prompt: &[u32], answer: &[u32], ngram_max: usize, max: usize) -> f64 {
     let mut index = NgramIndex::new(ngram_max);
+    let drafted = |history: &[u32], rest: &[u32]| {
+        index.extend(history);
+        agreement(&index.draft(history, max), rest)
+    };
+    replay(prompt, answer, drafted, |_| 1.0)
+}
+
+/// [`ceiling`] for the best drafter that copies from the history: each pass takes, among the
+/// continuations (up to `max` tokens) of *every* earlier occurrence of the context's last
+/// token, the one the answer agrees with longest. No choice among matches, no longer or
+/// shorter n-gram, and no tree of several candidates verified at once can yield more tokens
+/// per pass by copying — what any prompt-lookup drafter can gain on the text. Quadratic in the
+/// history: for measuring, not for decoding.
+pub fn any_match_ceiling(prompt: &[u32], answer: &[u32], max: usize) -> f64 {
+    any_match_bound(prompt, answer, max, |_| 1.0)
+}
+
+/// [`any_match_ceiling`] at real verification costs: answer tokens per decode step when each
+/// pass checks exactly the drafts of the best earlier copy that the answer agrees with (never a
+/// rejected one) and a pass of `k` columns costs `cost(k)` decode steps. A drafter that knew
+/// the answer could not beat it: the speed-up bound of prompt lookup on this text and device.
+pub fn any_match_bound(
+    prompt: &[u32],
+    answer: &[u32],
+    max: usize,
+    cost: impl Fn(usize) -> f64,
+) -> f64 {
+    let best_copy = |history: &[u32], rest: &[u32]| {
+        let Some((&last, earlier)) = history.split_last() else {
+            return 0;
+        };
+        let ends = (1..=earlier.len()).filter(|&e| history[e - 1] == last);
+        let copies = ends.map(|e| agreement(&history[e..(e + max).min(history.len())], rest));
+        copies.max().unwrap_or(0)
+    };
+    replay(prompt, answer, best_copy, cost)
+}
+
+/// How many of `draft` agree with `answer`, from the start.
+fn agreement(draft: &[u32], answer: &[u32]) -> usize {
+    draft.iter().zip(answer).take_while(|(d, a)| d == a).count()
+}
+
+/// Answer tokens per unit of cost when each pass over the history so far and the rest of the
+/// answer accepts `agreed(history, rest)` drafts plus one token and costs `cost(columns)`.
+fn replay(
+    prompt: &[u32],
+    answer: &[u32],
+    mut agreed: impl FnMut(&[u32], &[u32]) -> usize,
+    cost: impl Fn(usize) -> f64,
+) -> f64 {
     let mut history = prompt.to_vec();
-    let (mut done, mut passes) = (0, 0usize);
+    let (mut done, mut spent) = (0, 0.0);
     while done < answer.len() {
-        index.extend(&history);
-        let draft = index.draft(&history, max);
         let rest = &answer[done..];
-        let agreed = draft.iter().zip(rest).take_while(|(d, a)| d == a).count();
-        let step = (agreed + 1).min(rest.len());
+        let step = (agreed(&history, rest) + 1).min(rest.len());
         history.extend_from_slice(&rest[..step]);
         done += step;
-        passes += 1;
+        spent += cost(step);
     }
-    answer.len() as f64 / passes.max(1) as f64
+    if spent > 0.0 {
+        answer.len() as f64 / spent
+    } else {
+        0.0
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +215,28 @@ mod tests {
         // Two drafts per pass at most: 1, 2, then 3 4 5 and 6 7 8.
         assert_eq!(ceiling(&prompt, &answer, 3, 2), 8.0 / 4.0);
         assert_eq!(ceiling(&prompt, &[], 3, 8), 0.0);
+    }
+
+    #[test]
+    fn any_match_takes_the_best_earlier_copy() {
+        // "1 2" occurs twice, followed by "3 4" and later by "5 6"; the answer copies the first.
+        // The any-match drafter copies "2 3 4 7" after the answer's first token (two passes);
+        // the index has no 2-gram "9 1", then drafts the latest "1 2"'s "5 6": four passes.
+        let prompt = [1, 2, 3, 4, 7, 1, 2, 5, 6, 9];
+        let answer = [1, 2, 3, 4, 7];
+        let latest = ceiling(&prompt, &answer, 3, 8);
+        let any = any_match_ceiling(&prompt, &answer, 8);
+        assert!(any > latest, "any {any} latest {latest}");
+        assert_eq!(any, 5.0 / 2.0);
+        assert_eq!(latest, 5.0 / 4.0);
+        // Never below the index's drafter, and 1.0 when nothing repeats.
+        assert_eq!(any_match_ceiling(&[1, 2, 3], &[4, 5, 6, 7], 8), 1.0);
+        assert_eq!(any_match_ceiling(&[], &[], 8), 0.0);
+        // At a cost of one step per column, copying gains nothing; at half a step per extra
+        // column, the two passes (1 and 4 columns) cost 1 + 2.5 steps for five tokens.
+        assert_eq!(any_match_bound(&prompt, &answer, 8, |k| k as f64), 1.0);
+        let half = |k: usize| 1.0 + 0.5 * (k - 1) as f64;
+        assert_eq!(any_match_bound(&prompt, &answer, 8, half), 5.0 / 3.5);
     }
 
     #[test]

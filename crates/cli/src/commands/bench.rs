@@ -41,7 +41,9 @@ pub struct BenchArgs {
     no_roofline: bool,
     /// Also time prompt-lookup decoding with up to N drafts against plain decoding on a code
     /// edit, a rewrite and prose (interleaved rounds; the text must be the same), with each
-    /// answer's ceiling: its tokens per pass were every check of drafts free.
+    /// answer's ceilings: its tokens per pass were every check of drafts free, with this
+    /// drafter and with the best copy of any earlier match (what any prompt-lookup drafter
+    /// could reach).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     lookup: Option<u16>,
     /// With `--lookup`: time these chat prompts (each one user message) instead of the
@@ -50,6 +52,7 @@ pub struct BenchArgs {
     lookup_prompt: Vec<String>,
     /// Also time one speculative verification of each of these batch sizes (all logits, after a
     /// 64-token context, reused buffers), in ms and as a multiple of `--verify 1` (a decode step).
+    /// With `--lookup`, each answer's any-match ceiling is also priced at these costs.
     #[arg(long, value_delimiter = ',', value_name = "K,..")]
     verify: Vec<usize>,
     /// Machine-readable output.
@@ -194,16 +197,6 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
     } else {
         None
     };
-    let lookup = match args.lookup {
-        Some(n) => Some(super::bench_lookup::measure(
-            &model,
-            usize::from(n),
-            args.decode,
-            reps,
-            &args.lookup_prompt,
-        )?),
-        None => None,
-    };
     let verify = if args.verify.is_empty() {
         None
     } else {
@@ -213,6 +206,17 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
             args.kv_type,
             reps,
         )?)
+    };
+    let lookup = match args.lookup {
+        Some(n) => Some(super::bench_lookup::measure(
+            &model,
+            usize::from(n),
+            args.decode,
+            reps,
+            &args.lookup_prompt,
+            verify.as_ref(),
+        )?),
+        None => None,
     };
     // Read before the bandwidth probe, whose 1 GiB buffer is not the model's.
     let peak_rss = peak_rss_bytes();
@@ -322,7 +326,7 @@ fn print_comparisons(r: &serde_json::Value) {
     for l in r["lookup"].as_array().into_iter().flatten() {
         println!(
             "lookup {:<2} {:>8.1} tok/s vs plain {:.1} ({:.2}x) on {}; accepted {} of {} \
-             drafts; same text: {}; ceiling {:.2}x",
+             drafts; same text: {}; ceiling {:.2}x (any match {:.2}x){}",
             l["lookup"],
             f(&l["lookup_tok_s"]),
             f(&l["plain_tok_s"]),
@@ -331,7 +335,12 @@ fn print_comparisons(r: &serde_json::Value) {
             l["accepted"],
             l["drafted"],
             l["same_text"],
-            f(&l["ceiling"])
+            f(&l["ceiling"]),
+            f(&l["any_match_ceiling"]),
+            l["any_match_bound"]
+                .as_f64()
+                .map(|b| format!("; bound at these costs {b:.2}x"))
+                .unwrap_or_default()
         );
     }
     if let Some(rows) = r["verify"].as_array() {

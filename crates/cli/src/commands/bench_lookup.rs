@@ -1,8 +1,10 @@
 //! `statelm bench --lookup N`: prompt-lookup decoding against plain decoding on a code edit
 //! (an answer that copies its input), a rewrite (one that copies fragments) and open-ended
 //! prose (where drafts rarely hit) — the same engine path as `run`/`chat`/`serve`, interleaved
-//! rounds, the same text checked — and each answer's ceiling ([`lookup::ceiling`]): what no
-//! draft policy or kernel could beat on that text.
+//! rounds, the same text checked — and each answer's ceilings: what no draft policy or kernel
+//! could beat on that text with this drafter ([`lookup::ceiling`]) and with any drafter that
+//! copies from the history ([`lookup::any_match_ceiling`]); with `--verify`, the latter at the
+//! measured pass costs ([`lookup::any_match_bound`]).
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -94,7 +96,9 @@ pub(crate) fn measure(
     max_tokens: usize,
     reps: usize,
     prompts: &[String],
+    verify: Option<&Value>,
 ) -> Result<Value> {
+    let costs = verify.map(pass_costs);
     let workloads: Vec<(String, &str)> = if prompts.is_empty() {
         WORKLOADS.iter().map(|&(n, p)| (n.to_owned(), p)).collect()
     } else {
@@ -122,13 +126,49 @@ pub(crate) fn measure(
             let (p, f) = (median(plain), median(fast));
             let prompt = Encoded::new(model.tokenizer(), chat(prompt), None)?;
             let ceiling = lookup::ceiling(prompt.tokens(), &answer_tokens, NGRAM, lookup);
+            let any = lookup::any_match_ceiling(prompt.tokens(), &answer_tokens, lookup);
+            let bound = (costs.as_ref()).map(|c| {
+                lookup::any_match_bound(prompt.tokens(), &answer_tokens, lookup, |k| cost(c, k))
+            });
             rows.push(json!({"lookup": lookup, "workload": name, "plain_tok_s": p,
                              "lookup_tok_s": f, "ratio": f / p, "drafted": last["drafted"],
                              "accepted": last["accepted"], "generated": last["generated"],
-                             "same_text": same, "ceiling": ceiling}));
+                             "same_text": same, "ceiling": ceiling,
+                             "any_match_ceiling": any, "any_match_bound": bound}));
         }
         Ok(Value::Array(rows))
     })
+}
+
+/// The measured costs of a pass of `k` columns in decode steps, by `k` (`(1, 1.0)` included),
+/// from [`time_verify`]'s rows.
+fn pass_costs(verify: &Value) -> Vec<(usize, f64)> {
+    let rows = verify.as_array().into_iter().flatten();
+    let mut points: Vec<(usize, f64)> = rows
+        .filter_map(|r| {
+            Some((
+                r["tokens"].as_u64()? as usize,
+                r["vs_decode_step"].as_f64()?,
+            ))
+        })
+        .filter(|&(k, c)| k > 1 && c.is_finite())
+        .collect();
+    points.push((1, 1.0));
+    points.sort_by_key(|&(k, _)| k);
+    points.dedup_by_key(|p| p.0);
+    points
+}
+
+/// The cost of a pass of `k` columns, linear between the measured `points` (sorted, the first
+/// at `k = 1`) and beyond the last along the last segment's slope.
+fn cost(points: &[(usize, f64)], k: usize) -> f64 {
+    let n = points.len();
+    if n < 2 {
+        return k as f64 * points.first().map_or(1.0, |p| p.1);
+    }
+    let i = points.partition_point(|&(pk, _)| pk < k).clamp(1, n - 1);
+    let (lo, hi) = (points[i - 1], points[i]);
+    lo.1 + (hi.1 - lo.1) / (hi.0 - lo.0) as f64 * (k as f64 - lo.0 as f64)
 }
 
 /// The cost of one speculative verification of `k` tokens for each `k` in `ks`: a forward of
@@ -176,4 +216,24 @@ pub(crate) fn time_verify(model: &Model, ks: &[usize], kv: KvType, reps: usize) 
         rows.push(json!({"tokens": k.max(1), "ms": s, "vs_decode_step": s.median / one}));
     }
     Ok(Value::Array(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_costs_interpolate_the_measured_ones() {
+        let verify = json!([{"tokens": 1, "vs_decode_step": 1.0},
+                            {"tokens": 3, "vs_decode_step": 1.5},
+                            {"tokens": 5, "vs_decode_step": 2.5}]);
+        let c = pass_costs(&verify);
+        assert_eq!(c, [(1, 1.0), (3, 1.5), (5, 2.5)]);
+        assert_eq!(cost(&c, 1), 1.0);
+        assert_eq!(cost(&c, 2), 1.25);
+        assert_eq!(cost(&c, 4), 2.0);
+        assert_eq!(cost(&c, 7), 3.5);
+        // Only a decode step measured: each column a step.
+        assert_eq!(cost(&pass_costs(&json!([])), 4), 4.0);
+    }
 }
