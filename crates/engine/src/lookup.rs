@@ -229,7 +229,7 @@ mod tests {
         assert!(any > latest, "any {any} latest {latest}");
         assert_eq!(any, 5.0 / 2.0);
         assert_eq!(latest, 5.0 / 4.0);
-        // Never below the index's drafter, and 1.0 when nothing repeats.
+        // 1.0 when nothing repeats, 0.0 without an answer.
         assert_eq!(any_match_ceiling(&[1, 2, 3], &[4, 5, 6, 7], 8), 1.0);
         assert_eq!(any_match_ceiling(&[], &[], 8), 0.0);
         // At a cost of one step per column, copying gains nothing; at half a step per extra
@@ -263,6 +263,21 @@ mod tests {
     }
 
     proptest! {
+        /// The any-match ceiling bounds the index's drafter on every text (its copies are
+        /// among those the any-match replay considers, and a copy that agreed at one point
+        /// still agrees further on).
+        #[test]
+        fn any_match_bounds_the_index(
+            prompt in proptest::collection::vec(0u32..5, 0..40),
+            answer in proptest::collection::vec(0u32..5, 0..60),
+            ngram_max in 1usize..5,
+            max in 1usize..9,
+        ) {
+            let any = any_match_ceiling(&prompt, &answer, max);
+            let index = ceiling(&prompt, &answer, ngram_max, max);
+            prop_assert!(any >= index, "any {} index {}", any, index);
+        }
+
         /// Indexed incrementally, token by token, the index drafts what a full scan finds.
         #[test]
         fn incremental_index_equals_a_scan(
