@@ -257,12 +257,7 @@ impl HistoryLog {
     /// Brings the log up to `history` and `meta` (a truncation record where the history
     /// diverged, then the new tokens) and fsyncs it. Returns the bytes appended.
     pub fn sync(&mut self, history: &[u32], meta: &LogMeta) -> Result<usize, EngineError> {
-        let common = self
-            .logged
-            .iter()
-            .zip(history)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = crate::plan::common_prefix(&self.logged, history);
         let mut buf = Vec::new();
         if self.meta.as_ref() != Some(meta) {
             let json =

@@ -9,6 +9,7 @@
 //! with no scan of the history. How many of the proposed tokens are checked is the engine's
 //! draft policy's choice (acceptance and pass costs measured as the generation runs).
 
+use crate::plan::common_prefix;
 use std::collections::HashMap;
 
 /// The longest n-gram the index keys on by default.
@@ -120,7 +121,7 @@ pub fn ceiling(prompt: &[u32], answer: &[u32], ngram_max: usize, max: usize) -> 
     let mut index = NgramIndex::new(ngram_max);
     let drafted = |history: &[u32], rest: &[u32]| {
         index.extend(history);
-        agreement(&index.draft(history, max), rest)
+        common_prefix(&index.draft(history, max), rest)
     };
     replay(prompt, answer, drafted, |_| 1.0)
 }
@@ -150,15 +151,10 @@ pub fn any_match_bound(
             return 0;
         };
         let ends = (1..=earlier.len()).filter(|&e| history[e - 1] == last);
-        let copies = ends.map(|e| agreement(&history[e..(e + max).min(history.len())], rest));
+        let copies = ends.map(|e| common_prefix(&history[e..(e + max).min(history.len())], rest));
         copies.max().unwrap_or(0)
     };
     replay(prompt, answer, best_copy, cost)
-}
-
-/// How many of `draft` agree with `answer`, from the start.
-fn agreement(draft: &[u32], answer: &[u32]) -> usize {
-    draft.iter().zip(answer).take_while(|(d, a)| d == a).count()
 }
 
 /// Answer tokens per unit of cost when each pass over the history so far and the rest of the

@@ -10,6 +10,7 @@ use statelm_engine::{
     ChatMessage, Engine, GenerateRequest, Input, SamplingParams, SessionId, SessionOptions,
 };
 use statelm_model::{LoadOptions, Model};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// A code-editing request: the answer copies most of its input.
@@ -175,7 +176,6 @@ async fn admission_counts_the_drafts_logits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_with_drafts_keeps_the_distribution() {
     use statelm_model::testing::{write_synthetic_model, SyntheticSpec};
-    use std::collections::HashMap;
     const N: u64 = 1000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
@@ -191,14 +191,16 @@ async fn sampling_with_drafts_keeps_the_distribution() {
             .token_id(w)
             .expect("a word of the vocabulary")
     });
-    let logit_bias = ids.iter().map(|&id| (id, 8.0)).collect();
+    let logit_bias: BTreeMap<u32, f32> = ids.iter().map(|&id| (id, 8.0)).collect();
     let engine = Engine::start(model, config(dir.path()));
     let mut answers: [HashMap<Vec<u32>, u64>; 2] = Default::default();
     let (mut drafted, mut accepted) = (0, 0);
     for (side, lookup) in [(0, 4), (1, 0)] {
         for seed in 0..N {
-            let s = engine.create_session(SessionOptions::default()).await;
-            let s = s.unwrap();
+            let s = engine
+                .create_session(SessionOptions::default())
+                .await
+                .unwrap();
             let req = GenerateRequest {
                 session: s.into(),
                 input: Input::Text("a b c d a b c d a b c d a b".into()),
@@ -206,7 +208,7 @@ async fn sampling_with_drafts_keeps_the_distribution() {
                     temperature: 0.8,
                     top_k: 3,
                     seed: Some(seed + side * N),
-                    logit_bias: std::collections::BTreeMap::clone(&logit_bias),
+                    logit_bias: logit_bias.clone(),
                     lookup,
                     ..SamplingParams::default()
                 },
@@ -239,16 +241,14 @@ async fn sampling_with_drafts_keeps_the_distribution() {
 /// seen at least `min` times in both together (the rest pooled into one), and its degrees of
 /// freedom.
 fn two_sample_chi_square(
-    a: &std::collections::HashMap<Vec<u32>, u64>,
-    b: &std::collections::HashMap<Vec<u32>, u64>,
+    a: &HashMap<Vec<u32>, u64>,
+    b: &HashMap<Vec<u32>, u64>,
     min: u64,
 ) -> (f64, usize) {
     let mut keys: Vec<&Vec<u32>> = a.keys().chain(b.keys()).collect();
     keys.sort();
     keys.dedup();
-    let count = |m: &std::collections::HashMap<Vec<u32>, u64>, k: &Vec<u32>| {
-        m.get(k).copied().unwrap_or(0) as f64
-    };
+    let count = |m: &HashMap<Vec<u32>, u64>, k: &Vec<u32>| m.get(k).copied().unwrap_or(0) as f64;
     let (mut chi2, mut cells, mut pooled) = (0.0, 0usize, (0.0, 0.0));
     for k in keys {
         let (x, y) = (count(a, k), count(b, k));
