@@ -22,7 +22,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// A reply channel.
@@ -131,7 +131,7 @@ impl Actor {
                 Some(cmd) => self.handle_contained(cmd),
                 None => return false,
             }
-        } else if !self.jobs.iter().any(runnable) {
+        } else if !(0..self.jobs.len()).any(|i| self.may_step(i, Instant::now())) {
             std::thread::sleep(BACKPRESSURE_POLL);
         }
         loop {
@@ -159,15 +159,29 @@ impl Actor {
             let job = &self.jobs[*i];
             (self.core.sessions.get(&job.session)).is_some_and(|s| !s.is_spilled())
         };
+        let now = Instant::now();
+        let may_step = |i: &usize| self.may_step(*i, now);
         let i = match self.core.tight {
-            true => (order.clone())
-                .filter(resident)
-                .find(|&i| runnable(&self.jobs[i])),
+            true => (order.clone()).filter(resident).find(may_step),
             false => None,
         };
-        let i = i.or_else(|| order.clone().find(|&i| runnable(&self.jobs[i])))?;
+        let i = i.or_else(|| order.clone().find(may_step))?;
         self.rr = i + 1;
+        // A paused job that runs again is paused no longer.
+        self.jobs[i].paused_until = None;
         Some(i)
+    }
+
+    /// Whether job `i` may take a step at `now`: it is runnable, and not paused by an eviction
+    /// while the pressure is critical and other jobs can go on (they finish and free memory
+    /// first; a job left alone goes on). A cancelled job always steps, to end.
+    fn may_step(&self, i: usize, now: Instant) -> bool {
+        let job = &self.jobs[i];
+        if !runnable(job) || job.is_cancelled() || !job.is_waiting(self.core.level, now) {
+            return runnable(job);
+        }
+        (self.jobs.iter().enumerate())
+            .all(|(k, other)| k == i || !runnable(other) || other.paused_until.is_some())
     }
 
     /// One step of job `i`.

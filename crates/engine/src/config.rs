@@ -44,7 +44,8 @@ pub struct EngineConfig {
     /// The memory-pressure policy (thresholds, budget factors, hard-trim size).
     pub policy: Policy,
     /// How long a host memory warning ([`crate::EngineHandle::memory_warning`]) holds its level
-    /// before it lapses to Normal and budgets recover (a second Warning inside it is Critical).
+    /// before it lapses to Normal and budgets recover (a second Warning inside it is Critical);
+    /// also the longest a generation paused by an eviction waits for critical pressure to ease.
     pub pressure_hold: Duration,
 }
 

@@ -45,8 +45,9 @@ pub enum StopReason {
     MaxTokens,
     /// The request was cancelled ([`crate::EngineHandle::cancel`] or the stream was dropped).
     Cancelled,
-    /// Memory pressure evicted the session's cache in the middle of the generation (a
-    /// [`Event::CacheEvicted`] came first).
+    /// Memory pressure evicted the session's cache in the middle of the generation, after it
+    /// had streamed tokens (a [`Event::CacheEvicted`] came first; a generation that had
+    /// streamed nothing is paused instead, and goes on).
     Evicted,
     /// The answer started to repeat itself back to back and the loop guard ended it
     /// ([`crate::SamplingParams::loop_guard`]).
@@ -127,7 +128,10 @@ pub enum Event {
         method: TrimMethod,
     },
     /// The session's cache was dropped under memory pressure; its conversation history was
-    /// kept and is recomputed (within the token budget) when needed.
+    /// kept and is recomputed (within the token budget) when needed. During a generation that
+    /// has streamed tokens, the generation ends ([`StopReason::Evicted`]); during one that has
+    /// streamed nothing yet, it is paused while the pressure stays critical (at most
+    /// [`crate::EngineConfig::pressure_hold`]), then recomputes its prompt and goes on.
     CacheEvicted {
         /// Why, in words.
         reason: String,

@@ -342,7 +342,8 @@ impl EngineHandle {
     ///   `ContextTrimmed` event) — idle sessions are spilled, budgets lowered;
     /// * Critical: every session's cache is evicted (`CacheEvicted`; the history is kept, so
     ///   the next turn recomputes it within the budget) and a running generation ends with
-    ///   stop reason `Evicted`;
+    ///   stop reason `Evicted` — or, if it has streamed nothing yet, is paused until the
+    ///   pressure eases and then goes on;
     /// * Normal: the warning is over; budgets recover.
     ///
     /// A warning holds for [`crate::EngineConfig::pressure_hold`] and then lapses to Normal

@@ -79,6 +79,9 @@ pub(crate) struct Job {
     pub first_token: Option<Instant>,
     /// When the latest token was sampled.
     pub last_token: Option<Instant>,
+    /// Paused by an eviction before it streamed anything: it waits while the pressure is
+    /// critical, until this moment at the latest, then recomputes what it had and goes on.
+    pub paused_until: Option<Instant>,
 }
 
 impl Job {
@@ -117,6 +120,7 @@ impl Job {
             received: Instant::now(),
             first_token: None,
             last_token: None,
+            paused_until: None,
         }
     }
 
@@ -162,6 +166,19 @@ impl Job {
     /// Whether it can run a step now: not finished, and its stream has taken every event.
     pub fn is_runnable(&self) -> bool {
         !self.is_finished() && self.outbox.is_empty()
+    }
+
+    /// Whether an eviction of its cache can pause it instead of ending it: it has streamed
+    /// nothing yet (it is starting or computing its prompt), so recomputing loses nothing.
+    pub fn is_resumable(&self) -> bool {
+        self.generated == 0 && matches!(self.phase, Phase::Start | Phase::Prefill(_))
+    }
+
+    /// Whether it is paused by an eviction and must still wait at `now`, with the pressure at
+    /// `level` (it waits only while the pressure is critical, and at most until its deadline).
+    pub fn is_waiting(&self, level: statelm_governor::PressureLevel, now: Instant) -> bool {
+        level == statelm_governor::PressureLevel::Critical
+            && self.paused_until.is_some_and(|t| now < t)
     }
 
     /// Whether it is finished and everything was delivered.

@@ -5,7 +5,9 @@
 //! each affected session's stream (or its next one) what was done.
 
 use crate::actor::Actor;
+use crate::error::EngineError;
 use crate::events::{Event, SessionId, StopReason, TrimMethod};
+use crate::job::Phase;
 use statelm_governor::{Action, PolicyInput, PressureLevel, SessionInfo as PolicySession};
 use statelm_model::{Model, State};
 use std::time::{Duration, Instant};
@@ -104,6 +106,7 @@ impl Actor {
                 pinned_prefix: s.pinned,
                 idle: !active && now.duration_since(s.last_used) >= idle_after,
                 active,
+                resumable: (self.job_of(s.id)).is_some_and(|i| self.jobs[i].is_resumable()),
                 last_used: s.last_used.duration_since(epoch).as_micros() as u64,
                 hard_trimmed: s.hard_trimmed,
             });
@@ -220,6 +223,9 @@ impl Actor {
     }
 
     fn evict(&mut self, id: SessionId, reason: String) {
+        if let Some(i) = self.job_of(id).filter(|&i| self.jobs[i].is_resumable()) {
+            return self.pause(i, id, reason);
+        }
         let model = self.core.model.clone();
         let opts = self.core.state_options();
         let Some(s) = self.core.sessions.get_mut(&id) else {
@@ -234,6 +240,41 @@ impl Actor {
         if let Some(i) = self.job_of(id) {
             self.finish_job(i, StopReason::Evicted);
         }
+    }
+}
+
+impl Actor {
+    /// Evicts the cache of session `id`, whose job `i` has streamed nothing yet, and pauses
+    /// the job instead of ending it: it waits while the pressure is critical (at most
+    /// [`crate::EngineConfig::pressure_hold`]), then recomputes what the cache held and goes on.
+    fn pause(&mut self, i: usize, id: SessionId, reason: String) {
+        let model = self.core.model.clone();
+        let opts = self.core.state_options();
+        let Some(s) = self.core.sessions.get_mut(&id) else {
+            return;
+        };
+        let job = &mut self.jobs[i];
+        let freed = match (&mut job.phase, s.state.as_mut()) {
+            // Mid-prompt: the cache's tokens go back in front of the rest of the feed.
+            (Phase::Prefill(feed), Some(state)) => {
+                (model.new_state_with(opts).map_err(EngineError::from)).map(|fresh| {
+                    let old = std::mem::replace(state, fresh);
+                    feed.insert_refeed(old.tokens());
+                    job.prefilled_tokens += old.len();
+                })
+            }
+            // Not started: it plans its prompt against the empty cache when it runs.
+            (Phase::Start, _) => s.evict(&model, opts),
+            // Not resumable after all (a spilled State holds no memory to free).
+            _ => return,
+        };
+        if let Err(e) = freed {
+            tracing::warn!(session = id.0, error = %e, "evicting a session failed");
+            return;
+        }
+        self.core.counters.evictions += 1;
+        job.paused_until = Some(Instant::now() + self.core.config.pressure_hold);
+        job.emit(Event::CacheEvicted { reason });
     }
 }
 

@@ -151,6 +151,71 @@ async fn a_planted_spill_file_is_refused() {
 }
 
 #[tokio::test]
+async fn an_eviction_pauses_a_turn_that_streamed_nothing_and_it_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        prefill_chunk: 4,
+        pressure_hold: Duration::from_millis(300),
+        ..config(dir.path())
+    };
+    let Some((model, engine)) = engine(cfg) else {
+        return;
+    };
+    let long = "Count the words in this sentence, then in the next one, and so on. ".repeat(20);
+    let reference = session(&engine).await.unwrap();
+    let expected = run(&engine, greedy(reference, Input::Text(long.clone()), 8)).await;
+    engine.close_session(reference).await.unwrap();
+
+    // A streams its answer; B has just started computing its long prompt (in chunks of 4)
+    // when the host reports critical pressure: every cache goes.
+    let (a, b) = (
+        session(&engine).await.unwrap(),
+        session(&engine).await.unwrap(),
+    );
+    let mut req = greedy(a, Input::Text(PROMPT.into()), 200);
+    req.sampling = no_eog(&model);
+    let mut stream_a = engine.generate(req).await.unwrap();
+    let mut run_a = Run::default();
+    let mut stream_b = None;
+    while let Some(ev) = stream_a.next().await {
+        let ev = ev.unwrap();
+        if stream_b.is_none() && matches!(ev, Event::Token { .. }) {
+            let req = greedy(b, Input::Text(long.clone()), 8);
+            stream_b = Some(engine.generate(req).await.unwrap());
+            eventually("B's first chunk", || async {
+                engine.session_info(b).await.unwrap().state_tokens > 0
+            })
+            .await;
+            engine.memory_warning(PressureLevel::Critical);
+        }
+        record(&mut run_a, ev);
+    }
+    let run_b = collect(stream_b.unwrap()).await;
+    // A had streamed tokens: it ends, and says why.
+    assert_eq!(run_a.done().stop_reason, StopReason::Evicted, "{run_a:?}");
+    // B had streamed nothing: paused, recomputed once the pressure lapsed, answered in full.
+    let evicted = (run_b.events.iter()).find_map(|e| match e {
+        Event::CacheEvicted { reason } => Some(reason.as_str()),
+        _ => None,
+    });
+    assert!(
+        evicted.is_some_and(|r| r.contains("paused")),
+        "{:?}",
+        run_b.events
+    );
+    assert_eq!(run_b.done().stop_reason, expected.done().stop_reason);
+    assert_eq!(
+        run_b.tokens, expected.tokens,
+        "the same answer as without pressure"
+    );
+    let (prompt, prefilled) = (run_b.done().prompt_tokens, run_b.done().prefilled_tokens);
+    assert!(
+        prefilled >= prompt,
+        "recomputed tokens are counted: {prefilled} of {prompt}"
+    );
+}
+
+#[tokio::test]
 async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
     let dir = tempfile::tempdir().unwrap();
     let Some((model, engine)) = engine(config(dir.path())) else {

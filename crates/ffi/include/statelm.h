@@ -89,7 +89,8 @@
  * The process is about to be killed (Android `TRIM_MEMORY_RUNNING_CRITICAL`,
  * `TRIM_MEMORY_COMPLETE` or `TRIM_MEMORY_BACKGROUND`, a second iOS warning): every session's
  * cache is evicted (EVICTED; its history is kept and its next turn recomputes it), and a
- * running generation ends with stop reason EVICTED.
+ * running generation ends with stop reason EVICTED — one that has streamed nothing yet is
+ * paused instead, and recomputes its prompt and goes on when the pressure eases.
  */
 #define STATELM_PRESSURE_CRITICAL 2
 
@@ -221,7 +222,8 @@ typedef enum StatelmEventKind {
   /**
    * The session's KV cache was evicted under memory pressure (its history is kept and
    * recomputed when needed); `text` says why. A generation running on it ends with DONE
-   * and stop reason EVICTED.
+   * and stop reason EVICTED, unless it had streamed nothing yet: then it is paused, and
+   * goes on (recomputed) when the pressure eases.
    */
   STATELM_EVENT_KIND_EVICTED = 3,
   /**
@@ -283,8 +285,8 @@ typedef enum StatelmStopReason {
    */
   STATELM_STOP_REASON_CANCELLED = 4,
   /**
-   * Memory pressure evicted the session's cache mid-generation (an EVICTED event came
-   * first).
+   * Memory pressure evicted the session's cache mid-generation, after it had streamed tokens
+   * (an EVICTED event came first).
    */
   STATELM_STOP_REASON_EVICTED = 5,
   /**

@@ -21,7 +21,8 @@ pub enum StatelmEventKind {
     ContextTrimmed = 2,
     /// The session's KV cache was evicted under memory pressure (its history is kept and
     /// recomputed when needed); `text` says why. A generation running on it ends with DONE
-    /// and stop reason EVICTED.
+    /// and stop reason EVICTED, unless it had streamed nothing yet: then it is paused, and
+    /// goes on (recomputed) when the pressure eases.
     Evicted = 3,
     /// The session's state was written to disk and freed while it was idle; `text` says why.
     /// Delivered to the session's next generation, before RESTORED.
@@ -59,8 +60,8 @@ pub enum StatelmStopReason {
     /// The generation was cancelled (`statelm_cancel`, `statelm_session_close`, or the engine
     /// being freed).
     Cancelled = 4,
-    /// Memory pressure evicted the session's cache mid-generation (an EVICTED event came
-    /// first).
+    /// Memory pressure evicted the session's cache mid-generation, after it had streamed tokens
+    /// (an EVICTED event came first).
     Evicted = 5,
     /// A reason this version of the C API does not model; see `json`.
     Other = 6,

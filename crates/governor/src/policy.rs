@@ -11,7 +11,9 @@
 //! - Critical: budgets lowered further, idle sessions spilled, every other
 //!   session hard-trimmed to its pinned prefix and a short suffix
 //!   ([`Action::TrimHard`]); when nothing is left to spill or hard-trim and the
-//!   pressure persists, one session is evicted ([`Action::Evict`]);
+//!   pressure persists, one session is evicted ([`Action::Evict`]): one not
+//!   generating, else one whose turn has streamed nothing yet (the engine pauses that
+//!   turn rather than ending it), else the least recently used;
 //! - Normal again: lowered budgets are restored ([`Action::RestoreBudgets`]).
 
 use crate::util::format_bytes;
@@ -35,6 +37,10 @@ pub struct SessionInfo {
     pub idle: bool,
     /// Generating right now.
     pub active: bool,
+    /// Generating, but nothing streamed yet (its prompt is being computed): evicting its cache
+    /// pauses the turn, which recomputes it and goes on when the pressure eases, instead of
+    /// ending it.
+    pub resumable: bool,
     /// When it was last used, on any monotonic scale (smaller = older).
     pub last_used: u64,
     /// Already hard-trimmed during the current pressure episode.
@@ -236,19 +242,21 @@ impl Policy {
             .any(|a| matches!(a, Action::Spill { .. } | Action::TrimHard { .. }));
         if level == PressureLevel::Critical && !freeing {
             let touched: Vec<u64> = actions.iter().filter_map(Action::session).collect();
+            // Idle first, then a turn that can be paused without losing anything streamed.
             let victim = resident
                 .iter()
                 .filter(|s| !touched.contains(&s.id))
-                .min_by_key(|s| (s.active, s.last_used, s.id));
+                .min_by_key(|s| (s.active, !s.resumable, s.last_used, s.id));
             if let Some(s) = victim {
                 actions.push(Action::Evict {
                     session: s.id,
                     reason: format!(
                         "{why} and persists after hard trims with nothing left to spill: \
-                         session {} evicted from memory ({} tokens, {}) without saving",
+                         session {} evicted from memory ({} tokens, {}) without saving{}",
                         s.id,
                         s.tokens,
-                        format_bytes(s.bytes)
+                        format_bytes(s.bytes),
+                        paused_turn(s)
                     ),
                 });
             }
@@ -264,7 +272,8 @@ impl Policy {
     ///   holds anything keeps its pinned prefix and the most recent tokens up to half of what it
     ///   holds (at least half of its cache is given back), generating or not.
     /// * Critical: budgets are lowered further and every resident session's cache is evicted
-    ///   (its history is kept, so its next turn recomputes it within the budget).
+    ///   (its history is kept, so its next turn recomputes it within the budget; a turn that
+    ///   has streamed nothing yet is paused and recomputed when the pressure eases).
     /// * Normal: the ordinary ladder ([`Policy::decide`]).
     pub fn host_event(&self, level: PressureLevel, input: &PolicyInput) -> Vec<Action> {
         if level == PressureLevel::Normal {
@@ -282,10 +291,11 @@ impl Policy {
                     session: s.id,
                     reason: format!(
                         "{why}: session {}'s cache ({} tokens, {}) freed; its history is kept \
-                         and its next turn recomputes it within the budget",
+                         and its next turn recomputes it within the budget{}",
                         s.id,
                         s.tokens,
-                        format_bytes(s.bytes)
+                        format_bytes(s.bytes),
+                        paused_turn(s)
                     ),
                 }),
                 _ if s.idle => Some(spill(s, &why)),
@@ -393,6 +403,17 @@ fn halve(s: &SessionInfo, why: &str) -> Option<Action> {
             s.id, keep_prefix, keep_suffix, s.tokens
         ),
     })
+}
+
+/// What an eviction does to a turn that has streamed nothing yet, for its reason text.
+fn paused_turn(s: &SessionInfo) -> &'static str {
+    match s.resumable {
+        true => {
+            "; its turn, which had streamed nothing yet, is paused and resumes (recomputed) \
+                 when the pressure eases"
+        }
+        false => "",
+    }
 }
 
 fn spill(s: &SessionInfo, why: &str) -> Action {

@@ -14,6 +14,7 @@ fn session(id: u64, tokens: usize, budget: usize) -> SessionInfo {
         pinned_prefix: 32,
         idle: false,
         active: false,
+        resumable: false,
         last_used: id,
         hard_trimmed: false,
     }
@@ -172,6 +173,44 @@ fn critical_hard_trims_then_evicts() {
 }
 
 #[test]
+fn among_generating_sessions_one_that_streamed_nothing_is_evicted_first() {
+    // Six chats prefilling at once under a cgroup limit (scripts/serve-cgroup): everything is
+    // hard-trimmed, nothing idle, still critical. The turn that streamed nothing is the one
+    // evicted — the engine pauses it — even though another one is older.
+    let generating = |id, last_used, resumable| SessionInfo {
+        active: true,
+        resumable,
+        hard_trimmed: true,
+        last_used,
+        ..session(id, 192, 4096)
+    };
+    let actions = decide(&input(
+        PressureLevel::Critical,
+        vec![generating(1, 5, false), generating(2, 9, true)],
+    ));
+    let evicted: Vec<_> = (actions.iter())
+        .filter(|a| matches!(a, Action::Evict { .. }))
+        .collect();
+    assert_eq!(evicted.len(), 1, "{actions:?}");
+    assert_eq!(evicted[0].session(), Some(2));
+    assert!(evicted[0].reason().contains("is paused"), "{actions:?}");
+    // Not generating beats both.
+    let mut done = generating(3, 20, false);
+    done.active = false;
+    let actions = decide(&input(
+        PressureLevel::Critical,
+        vec![generating(1, 5, false), generating(2, 9, true), done],
+    ));
+    let evicted: Vec<_> = (actions.iter())
+        .filter_map(|a| match a {
+            Action::Evict { session, reason } => Some((*session, reason.contains("paused"))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted, vec![(3, false)], "{actions:?}");
+}
+
+#[test]
 fn non_resident_sessions_are_left_alone() {
     let mut s = session(1, 9000, 4096);
     s.bytes = 0;
@@ -199,18 +238,22 @@ fn arb_session() -> impl Strategy<Value = SessionInfo> {
         0u64..(1 << 30),
         (0usize..8192, 0usize..600),
         (any::<bool>(), any::<bool>(), 0u64..100, any::<bool>()),
+        any::<bool>(),
     )
         .prop_map(
-            |(id, tokens, bytes, (budget, pinned), (idle, active, last_used, hard))| SessionInfo {
-                id,
-                tokens,
-                bytes,
-                token_budget: budget,
-                pinned_prefix: pinned,
-                idle,
-                active: active && !idle,
-                last_used,
-                hard_trimmed: hard,
+            |(id, tokens, bytes, (budget, pinned), (idle, active, last_used, hard), fresh)| {
+                SessionInfo {
+                    id,
+                    tokens,
+                    bytes,
+                    token_budget: budget,
+                    pinned_prefix: pinned,
+                    idle,
+                    active: active && !idle,
+                    resumable: active && !idle && fresh,
+                    last_used,
+                    hard_trimmed: hard,
+                }
             },
         )
 }
@@ -284,6 +327,13 @@ proptest! {
                     prop_assert_eq!(level, PressureLevel::Critical);
                     prop_assert!(!frees, "evicted while spills or hard trims were possible");
                     prop_assert!(!s.idle);
+                    // A turn that streamed something ends only when no other choice is left.
+                    let rank = |x: &SessionInfo| (x.active, !x.resumable);
+                    let touched = |x: &SessionInfo| actions.iter().any(|b| b.session() == Some(x.id));
+                    let better = i.sessions.iter().any(|x| {
+                        x.bytes > 0 && x.id != s.id && !touched(x) && rank(x) < rank(s)
+                    });
+                    prop_assert!(!better, "a better victim than {} was left", s.id);
                 }
                 _ => {}
             }
