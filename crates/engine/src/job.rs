@@ -169,9 +169,10 @@ impl Job {
     }
 
     /// Whether an eviction of its cache can pause it instead of ending it: it has streamed
-    /// nothing yet (it is starting or computing its prompt), so recomputing loses nothing.
+    /// nothing yet (it is starting, computing its prompt, or about to sample its first token),
+    /// so recomputing loses nothing.
     pub fn is_resumable(&self) -> bool {
-        self.generated == 0 && matches!(self.phase, Phase::Start | Phase::Prefill(_))
+        self.generated == 0 && !self.is_finished()
     }
 
     /// Whether it is paused by an eviction and must still wait at `now`, with the pressure at

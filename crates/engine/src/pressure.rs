@@ -8,6 +8,7 @@ use crate::actor::Actor;
 use crate::error::EngineError;
 use crate::events::{Event, SessionId, StopReason, TrimMethod};
 use crate::job::Phase;
+use crate::plan::Feed;
 use statelm_governor::{Action, PolicyInput, PressureLevel, SessionInfo as PolicySession};
 use statelm_model::{Model, State};
 use std::time::{Duration, Instant};
@@ -254,19 +255,27 @@ impl Actor {
             return;
         };
         let job = &mut self.jobs[i];
-        let freed = match (&mut job.phase, s.state.as_mut()) {
-            // Mid-prompt: the cache's tokens go back in front of the rest of the feed.
-            (Phase::Prefill(feed), Some(state)) => {
-                (model.new_state_with(opts).map_err(EngineError::from)).map(|fresh| {
-                    let old = std::mem::replace(state, fresh);
-                    feed.insert_refeed(old.tokens());
-                    job.prefilled_tokens += old.len();
-                })
-            }
+        let freed = if matches!(job.phase, Phase::Start) {
             // Not started: it plans its prompt against the empty cache when it runs.
-            (Phase::Start, _) => s.evict(&model, opts),
-            // Not resumable after all (a spilled State holds no memory to free).
-            _ => return,
+            s.evict(&model, opts)
+        } else if let Some(state) = s.state.as_mut() {
+            (model.new_state_with(opts).map_err(EngineError::from)).map(|fresh| {
+                let old = std::mem::replace(state, fresh);
+                job.prefilled_tokens += old.len();
+                // The cache's tokens go back in front of the rest of the prompt's feed; a
+                // computed prompt whose first token is not sampled yet is computed again.
+                match &mut job.phase {
+                    Phase::Prefill(feed) => feed.insert_refeed(old.tokens()),
+                    _ => {
+                        let mut feed = Feed::new(s.evaluated);
+                        feed.insert_refeed(old.tokens());
+                        job.phase = Phase::Prefill(feed);
+                    }
+                }
+            })
+        } else {
+            // Spilled: it holds no memory to free.
+            return;
         };
         if let Err(e) = freed {
             tracing::warn!(session = id.0, error = %e, "evicting a session failed");
