@@ -123,9 +123,23 @@ impl ApiError {
 /// What a 503's `Retry-After` says, in seconds.
 pub(crate) const RETRY_AFTER_SECS: &str = "1";
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(self.body())).into_response();
+impl ApiError {
+    /// The reply, with the memory events its request carried before it failed — as a
+    /// successful reply carries them: `"statelm": {"events": [...]}` beside `"error"` and the
+    /// `x-statelm-events` header (none: the plain reply).
+    pub fn into_response_with_events(self, events: &[serde_json::Value]) -> Response {
+        let mut body = self.body();
+        if !events.is_empty() {
+            body["statelm"] = serde_json::json!({ "events": events });
+        }
+        let mut resp = self.reply(body);
+        crate::format::add_event_header(&mut resp, events);
+        resp
+    }
+
+    /// `body` with this error's status (and `Retry-After` on a 503).
+    fn reply(self, body: serde_json::Value) -> Response {
+        let mut resp = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             // Overload and shutdown are temporary: say when to come back.
             resp.headers_mut().insert(
@@ -134,6 +148,13 @@ impl IntoResponse for ApiError {
             );
         }
         resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        self.reply(body)
     }
 }
 

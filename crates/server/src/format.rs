@@ -29,6 +29,18 @@ pub(crate) fn event_json(ev: &Event) -> Option<Value> {
 }
 
 /// The `x-statelm-events` header item of an event's JSON: `context_trimmed;kept=..;dropped=..`.
+/// Adds the `x-statelm-events` header naming `events` (none: no header).
+pub(crate) fn add_event_header(resp: &mut axum::response::Response, events: &[Value]) {
+    if events.is_empty() {
+        return;
+    }
+    let items: Vec<String> = events.iter().map(event_header_item).collect();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&items.join(", ")) {
+        resp.headers_mut().insert("x-statelm-events", v);
+    }
+}
+
+/// One event's item in the `x-statelm-events` header.
 pub(crate) fn event_header_item(ev: &Value) -> String {
     let name = ev["event"].as_str().unwrap_or("event");
     match (ev["kept"].as_u64(), ev["dropped"].as_u64()) {

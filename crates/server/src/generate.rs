@@ -115,8 +115,18 @@ pub(crate) struct Collected {
     pub done: DoneStats,
 }
 
+/// A generation that failed after it started, with the memory events it had carried (a
+/// notice such as a spill announced on a turn that then fails belongs in the error reply).
+#[derive(Debug)]
+pub(crate) struct Failed {
+    /// What went wrong.
+    pub error: ApiError,
+    /// The memory events that came before it.
+    pub events: Vec<Value>,
+}
+
 /// Reads a started generation to the end (cancelling it if the server shuts down).
-pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, ApiError> {
+pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Failed> {
     let Started {
         mut stream,
         first,
@@ -147,15 +157,19 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Api
                 }
             },
         };
-        match item {
-            None => return Err(EngineError::ShuttingDown.into()),
-            Some(Err(e)) => return Err(e.into()),
-            Some(Ok(ev)) => match classify(ev) {
-                Some(Item::Text(t)) => text.push_str(&t),
-                Some(Item::Memory(v)) => events.push(v),
-                Some(Item::Done(done)) => return Ok(Collected { text, events, done }),
-                None => {}
-            },
-        }
+        let error: ApiError = match item {
+            None => EngineError::ShuttingDown.into(),
+            Some(Err(e)) => e.into(),
+            Some(Ok(ev)) => {
+                match classify(ev) {
+                    Some(Item::Text(t)) => text.push_str(&t),
+                    Some(Item::Memory(v)) => events.push(v),
+                    Some(Item::Done(done)) => return Ok(Collected { text, events, done }),
+                    None => {}
+                }
+                continue;
+            }
+        };
+        return Err(Failed { error, events });
     }
 }

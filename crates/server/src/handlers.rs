@@ -1,7 +1,7 @@
 //! The routes: handlers, authentication, the body limit and the error fallbacks.
 
 use crate::error::ApiError;
-use crate::format::{event_header_item, Kind, Shape};
+use crate::format::{add_event_header, Kind, Shape};
 use crate::generate::{self, Started};
 use crate::request::{chat_messages, parse_body, ChatRequest, CompletionRequest, Params, Prompt};
 use crate::state::AppState;
@@ -9,7 +9,7 @@ use crate::tenant::Tenant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -246,15 +246,14 @@ async fn respond(
     let abandoned = Abandoned(&app.metrics.abandoned);
     let c = generate::collect(&app, started).await;
     std::mem::forget(abandoned);
-    let c = c?;
+    let c = match c {
+        Ok(c) => c,
+        // The memory notices it carried go out with the error: none is lost.
+        Err(f) => return Ok(f.error.into_response_with_events(&f.events)),
+    };
     let body = shape.response(&c.text, &c.done, &c.events);
     let mut resp = Json(body).into_response();
-    if !c.events.is_empty() {
-        let items: Vec<String> = c.events.iter().map(event_header_item).collect();
-        if let Ok(v) = HeaderValue::from_str(&items.join(", ")) {
-            resp.headers_mut().insert("x-statelm-events", v);
-        }
-    }
+    add_event_header(&mut resp, &c.events);
     Ok(resp)
 }
 

@@ -112,6 +112,68 @@ async fn spilled_session_is_restored_and_reported() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_fails_after_a_spill_notice_still_carries_it() {
+    let body = |msgs: &Vec<Value>, max: usize| {
+        json!({"messages": msgs, "max_tokens": max, "temperature": 0}).to_string()
+    };
+    let mut msgs = vec![json!({"role": "user", "content": "Name a fruit."})];
+    // One short conversation's State and the scratch, without a ceiling.
+    let Some(probe) = start(|_, _| {}).await else {
+        return;
+    };
+    let r = request(
+        probe.addr,
+        "POST",
+        CHAT,
+        Some(KEY),
+        body(&msgs, 4).as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let stats = probe.engine.stats().await;
+    let room = stats.scratch_bytes + 3 * stats.state_bytes_total;
+    let ceiling = probe.model.file_bytes() + room;
+    drop(probe);
+
+    // Room to restore that conversation (its file and its State at once), not to answer at
+    // length: the second turn is refused after its spill was announced.
+    let Some(server) = start(|e, _| {
+        e.idle_after = Duration::ZERO;
+        e.memory_ceiling = Some(ceiling);
+        (e.token_budget, e.session_capacity) = (4096, 4096);
+    })
+    .await
+    else {
+        return;
+    };
+    let a = server.addr;
+    let r = request(a, "POST", CHAT, Some(KEY), body(&msgs, 4).as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let reply = r.json()["choices"][0]["message"]["content"].clone();
+    server.engine.memory_warning(PressureLevel::Warning);
+    let t0 = Instant::now();
+    while server.engine.stats().await.spilled == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "not spilled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.engine.memory_warning(PressureLevel::Normal);
+    msgs.push(json!({"role": "assistant", "content": reply}));
+    msgs.push(json!({"role": "user", "content": "Now write a long story about it."}));
+    let r = request(a, "POST", CHAT, Some(KEY), body(&msgs, 3000).as_bytes()).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["code"], "insufficient_memory", "{v}");
+    let events: Vec<&str> = (v["statelm"]["events"].as_array().into_iter().flatten())
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(events.contains(&"spilled"), "{v}");
+    assert!(
+        (r.header("x-statelm-events").unwrap_or("")).contains("spilled"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_cancels_the_generation() {
     let Some(server) = start(|_, _| {}).await else {
         return;
