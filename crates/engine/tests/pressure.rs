@@ -216,6 +216,61 @@ async fn an_eviction_pauses_a_turn_that_streamed_nothing_and_it_goes_on() {
 }
 
 #[tokio::test]
+async fn concurrent_prompts_under_critical_pressure_are_all_answered() {
+    // CI's scripts/serve-cgroup in miniature: several conversations compute their prompts at
+    // once when the OS (here a monitor) reports critical pressure. Nothing is idle, so the
+    // ladder's last resort evicts a generating session: it must pause that turn, not end it.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        prefill_chunk: 4,
+        ..config(dir.path())
+    };
+    let Some((_, engine)) = engine(cfg) else {
+        return;
+    };
+    let long = "Count the words in this sentence, then in the next one, and so on. ".repeat(20);
+    let mut ids = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let s = session(&engine).await.unwrap();
+        let req = greedy(s, Input::Text(long.clone()), 4);
+        streams.push(tokio::spawn(collect(engine.generate(req).await.unwrap())));
+        ids.push(s);
+    }
+    for &s in &ids {
+        eventually("every prompt under way", || async {
+            engine.session_info(s).await.unwrap().state_tokens > 0
+        })
+        .await;
+    }
+    let signal = statelm_governor::HostSignal::new();
+    let monitor_cfg = statelm_governor::MonitorConfig {
+        interval: Duration::from_millis(20),
+        settle: Duration::from_millis(20),
+        publish_readings: false,
+    };
+    let source = signal.source().with_hold(Duration::from_secs(2));
+    let _monitor = (engine.attach_monitor(vec![Box::new(source)], monitor_cfg)).unwrap();
+    signal.raise(PressureLevel::Critical);
+    let mut evicted = 0;
+    for stream in streams {
+        let run = stream.await.unwrap();
+        assert_eq!(
+            run.done().stop_reason,
+            StopReason::MaxTokens,
+            "{:?}",
+            run.events
+        );
+        assert_eq!(run.done().generated_tokens, 4, "{:?}", run.events);
+        evicted += (run.events.iter())
+            .filter(|e| matches!(e, Event::CacheEvicted { .. }))
+            .count();
+    }
+    assert!(evicted >= 1, "the ladder's last resort was not reached");
+    assert!(engine.stats().await.evictions >= 1);
+}
+
+#[tokio::test]
 async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
     let dir = tempfile::tempdir().unwrap();
     let Some((model, engine)) = engine(config(dir.path())) else {
