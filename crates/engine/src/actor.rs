@@ -177,8 +177,11 @@ impl Actor {
     /// first; a job left alone goes on). A cancelled job always steps, to end.
     fn may_step(&self, i: usize, now: Instant) -> bool {
         let job = &self.jobs[i];
-        if !runnable(job) || job.is_cancelled() || !job.is_waiting(self.core.level, now) {
-            return runnable(job);
+        if !runnable(job) {
+            return false;
+        }
+        if job.is_cancelled() || !job.is_waiting(self.core.level, now) {
+            return true;
         }
         (self.jobs.iter().enumerate())
             .all(|(k, other)| k == i || !runnable(other) || other.paused_until.is_some())

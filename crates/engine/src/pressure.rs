@@ -242,9 +242,7 @@ impl Actor {
             self.finish_job(i, StopReason::Evicted);
         }
     }
-}
 
-impl Actor {
     /// Evicts the cache of session `id`, whose job `i` has streamed nothing yet, and pauses
     /// the job instead of ending it: it waits while the pressure is critical (at most
     /// [`crate::EngineConfig::pressure_hold`]), then recomputes what the cache held and goes on.

@@ -10,6 +10,20 @@ use std::time::Duration;
 
 const PROMPT: &str = "The capital of France is";
 
+/// A 342-token prompt: computed in chunks of 4, it is under way for many steps.
+fn long_prompt() -> String {
+    "Count the words in this sentence, then in the next one, and so on. ".repeat(20)
+}
+
+/// A monitor that notices a raised level within a few tens of milliseconds.
+fn quick_monitor() -> statelm_governor::MonitorConfig {
+    statelm_governor::MonitorConfig {
+        interval: Duration::from_millis(20),
+        settle: Duration::from_millis(20),
+        publish_readings: false,
+    }
+}
+
 /// Waits until `f` holds (polling the engine), or fails after a few seconds.
 async fn eventually<F, Fut>(what: &str, mut f: F)
 where
@@ -161,7 +175,7 @@ async fn an_eviction_pauses_a_turn_that_streamed_nothing_and_it_goes_on() {
     let Some((model, engine)) = engine(cfg) else {
         return;
     };
-    let long = "Count the words in this sentence, then in the next one, and so on. ".repeat(20);
+    let long = long_prompt();
     let reference = session(&engine).await.unwrap();
     let expected = run(&engine, greedy(reference, Input::Text(long.clone()), 8)).await;
     engine.close_session(reference).await.unwrap();
@@ -228,7 +242,7 @@ async fn concurrent_prompts_under_critical_pressure_are_all_answered() {
     let Some((_, engine)) = engine(cfg) else {
         return;
     };
-    let long = "Count the words in this sentence, then in the next one, and so on. ".repeat(20);
+    let long = long_prompt();
     let mut ids = Vec::new();
     let mut streams = Vec::new();
     for _ in 0..3 {
@@ -244,11 +258,7 @@ async fn concurrent_prompts_under_critical_pressure_are_all_answered() {
         .await;
     }
     let signal = statelm_governor::HostSignal::new();
-    let monitor_cfg = statelm_governor::MonitorConfig {
-        interval: Duration::from_millis(20),
-        settle: Duration::from_millis(20),
-        publish_readings: false,
-    };
+    let monitor_cfg = quick_monitor();
     let source = signal.source().with_hold(Duration::from_secs(2));
     let _monitor = (engine.attach_monitor(vec![Box::new(source)], monitor_cfg)).unwrap();
     signal.raise(PressureLevel::Critical);
@@ -413,11 +423,7 @@ async fn attached_monitor_feeds_host_levels_in() {
     let s = session(&engine).await.unwrap();
     run(&engine, greedy(s, Input::Text(PROMPT.into()), 2)).await;
     let signal = statelm_governor::HostSignal::new();
-    let monitor_cfg = statelm_governor::MonitorConfig {
-        interval: Duration::from_millis(20),
-        settle: Duration::from_millis(20),
-        publish_readings: false,
-    };
+    let monitor_cfg = quick_monitor();
     let _monitor = engine
         .attach_monitor(vec![Box::new(signal.source())], monitor_cfg)
         .unwrap();

@@ -28,7 +28,6 @@ pub(crate) fn event_json(ev: &Event) -> Option<Value> {
     ev.is_memory().then(|| ev.to_json())
 }
 
-/// The `x-statelm-events` header item of an event's JSON: `context_trimmed;kept=..;dropped=..`.
 /// Adds the `x-statelm-events` header naming `events` (none: no header).
 pub(crate) fn add_event_header(resp: &mut axum::response::Response, events: &[Value]) {
     if events.is_empty() {
@@ -40,8 +39,8 @@ pub(crate) fn add_event_header(resp: &mut axum::response::Response, events: &[Va
     }
 }
 
-/// One event's item in the `x-statelm-events` header.
-pub(crate) fn event_header_item(ev: &Value) -> String {
+/// The `x-statelm-events` header item of an event's JSON: `context_trimmed;kept=..;dropped=..`.
+fn event_header_item(ev: &Value) -> String {
     let name = ev["event"].as_str().unwrap_or("event");
     match (ev["kept"].as_u64(), ev["dropped"].as_u64()) {
         (Some(k), Some(d)) => format!("{name};kept={k};dropped={d}"),
