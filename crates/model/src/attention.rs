@@ -36,6 +36,20 @@ pub(crate) struct AttentionShape {
     pub scale: f32,
     /// A query at `p` sees keys at `p - window < pos <= p` (sliding-window layers).
     pub window: Option<usize>,
+    /// Soft-capping of the scaled scores, `cap · tanh(s / cap)` (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl AttentionShape {
+    /// The score of a raw `q·k`: scaled, then soft-capped if the model says so.
+    #[inline]
+    fn score(&self, raw: f32) -> f32 {
+        let x = raw * self.scale;
+        match self.softcap {
+            Some(cap) => cap * (x / cap).tanh(),
+            None => x,
+        }
+    }
 }
 
 /// Buffers of one attention task, kept by the State between calls (decode does not allocate).
@@ -301,7 +315,7 @@ fn attend_block_gemm(
         let qpos = (b.p0 + r / b.heads) as u32;
         for ((v, &p), st_row) in row.iter_mut().zip(pos).zip(st.chunks_exact(rows)) {
             *v = if is_visible(s, qpos, p) {
-                st_row[r] * s.scale
+                s.score(st_row[r])
             } else {
                 f32::NEG_INFINITY
             };
@@ -364,7 +378,7 @@ fn attend_block_by_dots(
         }
         for (r, qr) in qs.chunks_exact(d).enumerate() {
             scores[r * cells + c] = if visible(r, p) {
-                kernels.dot_f32(qr, key) * s.scale
+                s.score(kernels.dot_f32(qr, key))
             } else {
                 f32::NEG_INFINITY
             };
@@ -433,6 +447,10 @@ mod tests {
                             .sum::<f64>()
                             * f64::from(s.scale)
                     })
+                    .map(|x| {
+                        s.softcap
+                            .map_or(x, |cap| f64::from(cap) * (x / f64::from(cap)).tanh())
+                    })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
@@ -458,6 +476,7 @@ mod tests {
             v_head_dim: 32,
             scale: 0.3,
             window: Some(8),
+            softcap: Some(4.0),
         };
         let pool = ThreadPool::new(2);
         let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
@@ -502,6 +521,7 @@ mod tests {
             v_head_dim: 8,
             scale: 1.0,
             window,
+            softcap: None,
         };
         // In order from 0, a ring wrapped after 2·KC + 100 positions, and a ring with a window.
         let ordered: Vec<u32> = (0..3 * kc).collect();
@@ -548,6 +568,7 @@ mod tests {
                     v_head_dim: 8,
                     scale: 1.0,
                     window: None,
+                    softcap: None,
                 };
                 let mut seen = vec![0; n_head];
                 for i in 0..n_tasks(&s, threads) {

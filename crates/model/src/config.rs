@@ -1,50 +1,102 @@
 //! Hyperparameters read from GGUF metadata: every architecture difference is data here.
 //!
-//! One decoder (see `forward.rs`) runs `llama`, `qwen2` and `gemma3`; what differs between them
-//! is a handful of flags and constants, chosen in [`ModelConfig::from_gguf`].
+//! One decoder (see `forward.rs`) runs every supported architecture over shared blocks
+//! (attention, FFN, norms); what differs between them is a handful of flags and constants,
+//! chosen by the architecture's own short description in `arch/` (one file each, as llama.cpp's
+//! `src/models/*.cpp`). [`ModelConfig::from_gguf`] reads what all of them share, then lets the
+//! architecture add its own; a metadata key under the architecture's prefix that nothing read
+//! is an error naming it, never skipped.
 
+use crate::arch::Keys;
+use crate::rope::{yarn_corr_dims, RopeParams};
 use crate::ModelError;
 use statelm_gguf::GgufFile;
 
-/// The supported architectures (`general.architecture`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    /// Llama 2/3 and Mistral-style models (GQA, SiLU-gated FFN, interleaved RoPE).
-    Llama,
-    /// Qwen2 / Qwen2.5: llama with q/k/v biases and NEOX-style RoPE.
-    Qwen2,
-    /// Gemma 3: embedding scaling, q/k RMS norms, pre/post norms, GELU FFN, sliding windows.
-    Gemma3,
-}
-
-impl Arch {
-    /// Parses `general.architecture`.
-    pub fn parse(name: &str) -> Result<Arch, ModelError> {
-        match name {
-            "llama" => Ok(Arch::Llama),
-            "qwen2" => Ok(Arch::Qwen2),
-            "gemma3" => Ok(Arch::Gemma3),
-            other => Err(ModelError::UnsupportedArchitecture(other.to_string())),
-        }
-    }
-
-    /// The GGUF key prefix (and `general.architecture` value).
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Gemma3 => "gemma3",
-        }
-    }
-}
+pub use crate::arch::Arch;
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeStyle {
     /// Adjacent pairs `(2i, 2i+1)` (original llama).
     Interleaved,
-    /// Halves `(i, i + d/2)` (GPT-NeoX; Qwen2, Gemma).
+    /// Halves `(i, i + d/2)` of the rotated dimensions (GPT-NeoX; Qwen, Gemma, Phi-3).
     Neox,
+}
+
+/// Per-pair frequency factors that divide the rotary angles (tensors of the file, read at
+/// load: they are part of the arithmetic, like the keys).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeFactors {
+    /// None.
+    None,
+    /// `rope_freqs.weight` (Llama 3.x's llama3 scaling), one factor per rotated pair.
+    Freqs(Vec<f32>),
+    /// `rope_factors_long`/`rope_factors_short` (Phi-3 LongRoPE): the long ones when a
+    /// state's capacity exceeds [`RopeConfig::n_ctx_orig`], as llama.cpp chooses by context.
+    LongShort {
+        /// `rope_factors_long.weight`.
+        long: Option<Vec<f32>>,
+        /// `rope_factors_short.weight`.
+        short: Option<Vec<f32>>,
+    },
+}
+
+impl RopeFactors {
+    /// The factors a state of `capacity` tokens uses.
+    pub fn for_capacity(&self, capacity: usize, n_ctx_orig: usize) -> Option<&[f32]> {
+        match self {
+            RopeFactors::None => None,
+            RopeFactors::Freqs(f) => Some(f),
+            RopeFactors::LongShort { long, short } => {
+                if capacity > n_ctx_orig {
+                    long.as_deref()
+                } else {
+                    short.as_deref()
+                }
+            }
+        }
+    }
+
+    /// The names of the tensors these factors were read from.
+    pub fn tensor_names(&self) -> &'static [&'static str] {
+        match self {
+            RopeFactors::None => &[],
+            RopeFactors::Freqs(_) => &["rope_freqs.weight"],
+            RopeFactors::LongShort { .. } => {
+                &["rope_factors_long.weight", "rope_factors_short.weight"]
+            }
+        }
+    }
+}
+
+/// How positions turn queries and keys: ggml's `rope_ext` with its YaRN terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    /// Pairing.
+    pub style: RopeStyle,
+    /// Rotated dimensions of a head (`rope.dimension_count`; fewer than the head's for
+    /// partial rotary, the rest pass through).
+    pub dim: usize,
+    /// Base frequency of global-attention layers.
+    pub base: f32,
+    /// Base frequency of sliding-window layers.
+    pub base_swa: f32,
+    /// Frequency scale (`1 / rope.scaling.factor`; 1.0 = none).
+    pub freq_scale: f32,
+    /// YaRN's extrapolation mix (0 = plain interpolation; 1 with `rope.scaling.type = yarn`).
+    pub ext_factor: f32,
+    /// Magnitude of the rotation (`mscale`: YaRN's and LongRoPE's attention factor).
+    pub attn_factor: f32,
+    /// YaRN's fast and slow correction betas.
+    pub beta_fast: f32,
+    /// See `beta_fast`.
+    pub beta_slow: f32,
+    /// The context length the model was trained at before scaling.
+    pub n_ctx_orig: usize,
+    /// Every `n`-th layer (`(il + 1) % n == 0`) has no rotary embedding (SmolLM3's NoPE layers).
+    pub no_rope_step: Option<usize>,
+    /// The file's frequency factors.
+    pub factors: RopeFactors,
 }
 
 /// The gate activation of the FFN.
@@ -54,6 +106,16 @@ pub enum FfnActivation {
     Silu,
     /// `gelu_tanh(gate) * up`.
     GeluTanh,
+}
+
+/// Llama 4-style attention temperature (Ministral 3): queries at position `p` are multiplied by
+/// `1 + scale · ln(⌊p / floor⌋ + 1)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemperature {
+    /// `attention.temperature_scale`.
+    pub scale: f32,
+    /// Positions per step (the original context length).
+    pub floor: usize,
 }
 
 /// Everything the decoder needs to know about a model's shape and arithmetic.
@@ -81,116 +143,66 @@ pub struct ModelConfig {
     pub context_length: usize,
     /// RMS norm epsilon.
     pub norm_eps: f32,
-    /// RoPE base frequency of global-attention layers.
-    pub rope_base: f32,
-    /// RoPE base frequency of sliding-window layers.
-    pub rope_base_swa: f32,
-    /// RoPE frequency scale (1.0 = none; linear scaling divides positions by the factor).
-    pub rope_freq_scale: f32,
-    /// RoPE pairing.
-    pub rope_style: RopeStyle,
+    /// Rotary embeddings.
+    pub rope: RopeConfig,
     /// Sliding-window size of local layers, if any.
     pub sliding_window: Option<usize>,
     /// Every `swa_period`-th layer (the last of each group) is global; the others are local.
     pub swa_period: usize,
-    /// Multiply token embeddings by this (Gemma: `sqrt(n_embd)`).
+    /// Multiply token embeddings by this (Gemma: `sqrt(n_embd)`; Granite: `embedding_scale`).
     pub embed_scale: Option<f32>,
-    /// Per-head RMS norms on queries and keys (Gemma 3).
+    /// Per-head RMS norms on queries and keys (Gemma 3, Qwen3).
     pub qk_norm: bool,
-    /// Norms after attention and after the FFN, before the residual add (Gemma 3).
+    /// Norms after attention and after the FFN, before the residual add (Gemma 2 and 3).
     pub post_norms: bool,
     /// FFN gate activation.
     pub ffn_activation: FfnActivation,
     /// Scale applied to attention scores.
     pub attn_scale: f32,
+    /// Attention-logit soft-capping (`cap * tanh(s / cap)` of the scaled scores; Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Attention temperature by position (Ministral 3).
+    pub attn_temperature: Option<AttnTemperature>,
+    /// Each block's output is multiplied by this before its residual add (Granite).
+    pub residual_scale: Option<f32>,
+    /// Logits are divided by this (Granite's `logit_scale`).
+    pub logit_scale: Option<f32>,
     /// Final logit soft-capping (`cap * tanh(x / cap)`), if any.
     pub final_logit_softcap: Option<f32>,
 }
 
 impl ModelConfig {
-    /// Reads the hyperparameters of a GGUF file, with errors naming the missing key.
+    /// Reads the hyperparameters of a GGUF file, with errors naming the missing key, an
+    /// unsupported architecture, or a key of the architecture that statelm does not implement.
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         let arch = Arch::parse(f.architecture()?)?;
-        let a = arch.name();
-        let key = |k: &str| format!("{a}.{k}");
-        let n_embd = f.get_u32(&key("embedding_length"))? as usize;
-        let n_head = f.get_u32(&key("attention.head_count"))? as usize;
-        let n_head_kv = f
-            .opt_u32(&key("attention.head_count_kv"))?
-            .map_or(n_head, |v| v as usize);
-        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
-            return Err(ModelError::BadConfig(format!(
-                "head counts {n_head}/{n_head_kv}: query heads must be a nonzero multiple of kv heads"
-            )));
-        }
-        let head_dim = f
-            .opt_u32(&key("attention.key_length"))?
-            .map_or(n_embd / n_head, |v| v as usize);
-        let v_head_dim = f
-            .opt_u32(&key("attention.value_length"))?
-            .map_or(head_dim, |v| v as usize);
-        if head_dim == 0 || head_dim % 2 != 0 {
-            return Err(ModelError::BadConfig(format!(
-                "head dimension {head_dim} must be even"
-            )));
-        }
-        let n_vocab = match f.tensor("token_embd.weight") {
-            Some(t) if t.dims.len() == 2 => t.dims[1] as usize,
-            Some(_) => {
-                return Err(ModelError::BadTensor {
-                    name: "token_embd.weight".into(),
-                    reason: "expected 2 dimensions".into(),
-                })
-            }
-            None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
-        };
-        let rope_base = f.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-        let rope_scale_factor = f.opt_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0);
-        let sliding_window = f
-            .opt_u32(&key("attention.sliding_window"))?
-            .map(|v| v as usize);
-        let gemma = arch == Arch::Gemma3;
-        let config = ModelConfig {
-            arch,
-            n_embd,
-            n_layer: f.get_u32(&key("block_count"))? as usize,
-            n_head,
-            n_head_kv,
-            head_dim,
-            v_head_dim,
-            n_ff: f.get_u32(&key("feed_forward_length"))? as usize,
-            n_vocab,
-            context_length: f
-                .opt_u32(&key("context_length"))?
-                .map_or(2048, |v| v as usize),
-            norm_eps: f.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
-            rope_base,
-            // Gemma 3's local layers use the original base of 10 000 (not stored in GGUF).
-            rope_base_swa: if gemma { 10_000.0 } else { rope_base },
-            rope_freq_scale: if rope_scale_factor > 0.0 {
-                1.0 / rope_scale_factor
-            } else {
-                1.0
-            },
-            rope_style: if arch == Arch::Llama {
-                RopeStyle::Interleaved
-            } else {
-                RopeStyle::Neox
-            },
-            sliding_window: if gemma { sliding_window } else { None },
-            swa_period: if gemma { 6 } else { 1 },
-            embed_scale: gemma.then(|| (n_embd as f32).sqrt()),
-            qk_norm: gemma,
-            post_norms: gemma,
-            ffn_activation: if gemma {
-                FfnActivation::GeluTanh
-            } else {
-                FfnActivation::Silu
-            },
-            attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            final_logit_softcap: f.opt_f32(&key("final_logit_softcapping"))?,
-        };
+        let k = Keys::new(f, arch.name());
+        let mut config = common(&k, arch, f)?;
+        arch.describe(&k, &mut config)?;
+        config.check()?;
+        k.finish()?;
         Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ModelError> {
+        let bad = |m: String| Err(ModelError::BadConfig(m));
+        if self.n_head == 0 || self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) {
+            return bad(format!(
+                "head counts {}/{}: query heads must be a nonzero multiple of kv heads",
+                self.n_head, self.n_head_kv
+            ));
+        }
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return bad(format!("head dimension {} must be even", self.head_dim));
+        }
+        let d = self.rope.dim;
+        if d == 0 || !d.is_multiple_of(2) || d > self.head_dim {
+            return bad(format!(
+                "rope.dimension_count {d} must be even and at most the head dimension {}",
+                self.head_dim
+            ));
+        }
+        Ok(())
     }
 
     /// Whether layer `il` uses sliding-window (local) attention.
@@ -200,21 +212,43 @@ impl ModelConfig {
             && (il % self.swa_period) < self.swa_period - 1
     }
 
+    /// Whether layer `il` turns its queries and keys by position.
+    pub fn uses_rope(&self, il: usize) -> bool {
+        self.rope
+            .no_rope_step
+            .is_none_or(|n| !(il + 1).is_multiple_of(n))
+    }
+
     /// The RoPE base of layer `il`.
     pub fn rope_base_of(&self, il: usize) -> f32 {
         if self.is_swa_layer(il) {
-            self.rope_base_swa
+            self.rope.base_swa
         } else {
-            self.rope_base
+            self.rope.base
         }
     }
 
-    /// The RoPE frequency scale of layer `il` (local layers are never scaled).
+    /// The RoPE frequency scale of layer `il` (Gemma 3's local layers are never scaled).
     pub fn rope_scale_of(&self, il: usize) -> f32 {
-        if self.is_swa_layer(il) {
+        if self.is_swa_layer(il) && self.arch == Arch::Gemma3 {
             1.0
         } else {
-            self.rope_freq_scale
+            self.rope.freq_scale
+        }
+    }
+
+    /// Layer `il`'s rotary parameters in a state of `capacity` tokens.
+    pub fn rope_params(&self, il: usize, capacity: usize) -> RopeParams<'_> {
+        let r = &self.rope;
+        let base = self.rope_base_of(il);
+        RopeParams {
+            dim: r.dim,
+            base,
+            freq_scale: self.rope_scale_of(il),
+            ext_factor: r.ext_factor,
+            attn_factor: r.attn_factor,
+            corr_dims: yarn_corr_dims(r.dim, r.n_ctx_orig, base, r.beta_fast, r.beta_slow),
+            factors: r.factors.for_capacity(capacity, r.n_ctx_orig),
         }
     }
 
@@ -232,4 +266,118 @@ impl ModelConfig {
     pub fn v_dim(&self) -> usize {
         self.n_head_kv * self.v_head_dim
     }
+}
+
+/// What every architecture reads the same way (llama.cpp's `load_hparams` before the
+/// architecture's own part): shapes, norms, and the RoPE keys.
+fn common(k: &Keys<'_>, arch: Arch, f: &GgufFile) -> Result<ModelConfig, ModelError> {
+    let n_embd = k.req_u32("embedding_length")? as usize;
+    let n_head = k.req_u32("attention.head_count")? as usize;
+    let n_head_kv = k
+        .u32("attention.head_count_kv")?
+        .map_or(n_head, |v| v as usize);
+    let head_dim = k
+        .u32("attention.key_length")?
+        .map_or(n_embd / n_head.max(1), |v| v as usize);
+    let v_head_dim = k
+        .u32("attention.value_length")?
+        .map_or(head_dim, |v| v as usize);
+    let n_vocab = match f.tensor("token_embd.weight") {
+        Some(t) if t.dims.len() == 2 => t.dims[1] as usize,
+        Some(_) => {
+            return Err(ModelError::BadTensor {
+                name: "token_embd.weight".into(),
+                reason: "expected 2 dimensions".into(),
+            })
+        }
+        None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
+    };
+    // Informational keys: they describe the model without changing its arithmetic.
+    k.known(&["vocab_size", "rope.scaling.finetuned"]);
+    let context_length = k.u32("context_length")?.map_or(2048, |v| v as usize);
+    let rope = common_rope(k, head_dim, context_length)?;
+    Ok(ModelConfig {
+        arch,
+        n_embd,
+        n_layer: k.req_u32("block_count")? as usize,
+        n_head,
+        n_head_kv,
+        head_dim,
+        v_head_dim,
+        n_ff: k.req_u32("feed_forward_length")? as usize,
+        n_vocab,
+        context_length,
+        norm_eps: k.req_f32("attention.layer_norm_rms_epsilon")?,
+        rope,
+        sliding_window: None,
+        swa_period: 1,
+        embed_scale: None,
+        qk_norm: false,
+        post_norms: false,
+        ffn_activation: FfnActivation::Silu,
+        attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        attn_softcap: None,
+        attn_temperature: None,
+        residual_scale: None,
+        logit_scale: None,
+        final_logit_softcap: None,
+    })
+}
+
+/// The RoPE keys as llama.cpp reads them for every architecture: base, scaling type and
+/// factor (`linear` when the type is absent), YaRN's extrapolation and attention factor, the
+/// original context, and the rotated dimensions.
+fn common_rope(k: &Keys<'_>, head_dim: usize, ctx: usize) -> Result<RopeConfig, ModelError> {
+    let base = k.f32("rope.freq_base")?.unwrap_or(10_000.0);
+    let factor = match k.f32("rope.scaling.factor")? {
+        Some(f) => Some(f),
+        None => k.f32("rope.scale_linear")?,
+    };
+    let kind = k
+        .string("rope.scaling.type")?
+        .unwrap_or_else(|| "linear".into());
+    let freq_scale = match factor {
+        Some(f) if f != 0.0 => 1.0 / f,
+        _ => 1.0,
+    };
+    let (freq_scale, ext_factor) = match kind.as_str() {
+        "none" => (1.0, 0.0),
+        "linear" | "longrope" => (freq_scale, 0.0),
+        "yarn" => (freq_scale, 1.0),
+        other => {
+            return Err(ModelError::UnsupportedKey {
+                key: k.full("rope.scaling.type"),
+                reason: format!("scaling type {other:?} (statelm: none, linear, yarn, longrope)"),
+            })
+        }
+    };
+    // llama.cpp: YaRN's magnitude is mscale(factor) = 1 + 0.1·ln(factor), cancelled by the
+    // 1 + 0.1·ln(factor) that its kernel multiplies back in; then the file's attention factor.
+    let mut attn_factor = 1.0f32;
+    if ext_factor != 0.0 {
+        let f: f32 = 1.0 / freq_scale;
+        let mscale = if f <= 1.0 { 1.0 } else { 0.1 * f.ln() + 1.0 };
+        attn_factor = mscale * (1.0 / (1.0 + 0.1 * f.ln()));
+    }
+    attn_factor *= k.f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
+    let n_ctx_orig = k
+        .u32("rope.scaling.original_context_length")?
+        .map_or(ctx, |v| v as usize);
+    let dim = k
+        .u32("rope.dimension_count")?
+        .map_or(head_dim, |v| v as usize);
+    Ok(RopeConfig {
+        style: RopeStyle::Neox,
+        dim,
+        base,
+        base_swa: base,
+        freq_scale,
+        ext_factor,
+        attn_factor,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        n_ctx_orig,
+        no_rope_step: None,
+        factors: RopeFactors::None,
+    })
 }

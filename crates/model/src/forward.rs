@@ -144,7 +144,7 @@ fn attention_block(
     let c = ctx.config;
     let e = c.n_embd;
     qkv(ctx, sc, il, lw, n, trace)?;
-    rope(ctx, sc, il, lw, p0, n, trace);
+    rope(ctx, sc, il, lw, (p0, state.capacity), n, trace);
     // Append k, v to the cache, then attend over every visible cell.
     let cache = &mut state.layers[il];
     for t in 0..n {
@@ -161,6 +161,7 @@ fn attention_block(
         v_head_dim: c.v_head_dim,
         scale: c.attn_scale,
         window: c.sliding_window.filter(|_| c.is_swa_layer(il)),
+        softcap: c.attn_softcap,
     };
     let att_len = n * c.n_head * c.v_head_dim;
     let buffers = AttendBuffers {
@@ -183,7 +184,7 @@ fn attention_block(
     )?;
     post_norm(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
     record(trace, Some(il), "attn_post_norm", n, &sc.xb2[..n * e]);
-    add_residual(sc, n * e);
+    add_residual(sc, n * e, c.residual_scale);
     record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
     Ok(())
 }
@@ -216,16 +217,19 @@ fn qkv(
     Ok(())
 }
 
-/// Per-head RMS norms of q and k (Gemma 3), then rotary embeddings at positions `p0..p0+n`.
+/// Per-head RMS norms of q and k (Gemma 3, Qwen3), then rotary embeddings at positions
+/// `p0..p0+n` (none on SmolLM3's NoPE layers), then the attention temperature (Ministral 3).
+/// `at` is `(p0, capacity)`: the state's capacity chooses Phi-3's LongRoPE factors.
 fn rope(
     ctx: &BatchCtx<'_>,
     sc: &mut Scratch,
     il: usize,
     lw: &LayerWeights,
-    p0: usize,
+    at: (usize, usize),
     n: usize,
     trace: &mut Option<&mut dyn Trace>,
 ) {
+    let (p0, capacity) = at;
     let c = ctx.config;
     let (q, k) = (&mut sc.q[..n * c.q_dim()], &mut sc.k[..n * c.k_dim()]);
     if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
@@ -237,15 +241,23 @@ fn rope(
         record(trace, Some(il), "k_normed", n, k);
     }
     let angles = &mut sc.rope[usize::from(c.is_swa_layer(il))];
-    let (base, scale) = (c.rope_base_of(il), c.rope_scale_of(il));
+    let params = c.rope_params(il, capacity);
     for t in 0..n {
-        angles.compute((p0 + t) as f32, c.head_dim, base, scale);
         let qt = &mut q[t * c.q_dim()..(t + 1) * c.q_dim()];
         let kt = &mut k[t * c.k_dim()..(t + 1) * c.k_dim()];
-        qt.chunks_exact_mut(c.head_dim)
-            .for_each(|h| angles.apply(h, c.rope_style));
-        kt.chunks_exact_mut(c.head_dim)
-            .for_each(|h| angles.apply(h, c.rope_style));
+        if c.uses_rope(il) {
+            angles.compute((p0 + t) as f32, &params, false);
+            qt.chunks_exact_mut(c.head_dim)
+                .for_each(|h| angles.apply(h, c.rope.style));
+            kt.chunks_exact_mut(c.head_dim)
+                .for_each(|h| angles.apply(h, c.rope.style));
+        }
+        if let Some(temp) = c.attn_temperature {
+            // llama.cpp computes the factor in double and stores it as f32.
+            let steps = ((p0 + t) / temp.floor) as f64;
+            let f = ((steps + 1.0).ln() * f64::from(temp.scale) + 1.0) as f32;
+            qt.iter_mut().for_each(|v| *v *= f);
+        }
     }
     record(trace, Some(il), "q", n, q);
     record(trace, Some(il), "k", n, k);
@@ -294,7 +306,7 @@ fn ffn_block(
     record(trace, Some(il), "ffn_out", n, &sc.xb2[..n * e]);
     post_norm(sc, lw.post_ffn_norm.as_deref(), n * e, e, c.norm_eps);
     record(trace, Some(il), "ffn_post_norm", n, &sc.xb2[..n * e]);
-    add_residual(sc, n * e);
+    add_residual(sc, n * e, c.residual_scale);
     record(trace, Some(il), "l_out", n, &sc.x[..n * e]);
     Ok(())
 }
@@ -316,8 +328,12 @@ fn post_norm(sc: &mut Scratch, post_norm: Option<&[f32]>, len: usize, e: usize, 
     }
 }
 
-/// `x += xb2` over `len` elements (the residual connection).
-fn add_residual(sc: &mut Scratch, len: usize) {
+/// `x += xb2` over `len` elements (the residual connection), `xb2` first scaled by Granite's
+/// residual scale.
+fn add_residual(sc: &mut Scratch, len: usize, scale: Option<f32>) {
+    if let Some(s) = scale {
+        sc.xb2[..len].iter_mut().for_each(|v| *v *= s);
+    }
     let o = &sc.xb2[..len];
     sc.x[..len]
         .iter_mut()
@@ -361,6 +377,10 @@ fn output(
         &mut logits[start..],
         summation,
     )?;
+    if let Some(s) = c.logit_scale {
+        let inv = 1.0 / s;
+        logits[start..].iter_mut().for_each(|v| *v *= inv);
+    }
     if let Some(cap) = c.final_logit_softcap {
         logits[start..]
             .iter_mut()

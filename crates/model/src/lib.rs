@@ -23,6 +23,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod arch;
 mod attention;
 pub mod config;
 pub mod files;
@@ -74,8 +75,26 @@ pub enum ModelError {
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
     /// `general.architecture` names an architecture statelm does not run.
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, gemma3)")]
+    #[error("unsupported architecture {0:?} (supported: {list})", list = Arch::supported_list())]
     UnsupportedArchitecture(String),
+    /// A metadata key of the architecture that changes the computation and that statelm does
+    /// not implement (or a value of it that statelm does not implement).
+    #[error("unsupported metadata key {key:?}: {reason}")]
+    UnsupportedKey {
+        /// The full key.
+        key: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A tensor in the file that the architecture's description does not use: computing
+    /// without it would be silently wrong.
+    #[error("unsupported tensor {name:?}: statelm's {arch} does not use it")]
+    UnsupportedTensor {
+        /// The tensor's name.
+        name: String,
+        /// The architecture.
+        arch: &'static str,
+    },
     /// A tensor the architecture needs is absent.
     #[error("missing tensor {0:?}")]
     MissingTensor(String),

@@ -256,7 +256,10 @@ impl State {
     /// Rotates the keys of the moved cells of layer `il` from their old to their new positions.
     fn rerotate_keys(&mut self, il: usize, moved: &[(u32, u32)]) {
         let c = &self.config;
-        let (base, scale) = (c.rope_base_of(il), c.rope_scale_of(il));
+        if !c.uses_rope(il) {
+            return;
+        }
+        let params = c.rope_params(il, self.capacity);
         let mut row = vec![0.0f32; c.k_dim()];
         let layer = &mut self.layers[il];
         for (cell, &(old, new)) in moved.iter().enumerate() {
@@ -266,7 +269,7 @@ impl State {
             layer.read_k(cell, 0, &mut row);
             let delta = new as f32 - old as f32;
             for head in row.chunks_exact_mut(c.head_dim) {
-                rope::rotate(head, delta, base, scale, c.rope_style);
+                rope::rotate(head, delta, &params, c.rope.style);
             }
             layer.rewrite_k(cell, &row);
         }

@@ -7,6 +7,8 @@ use crate::config::ModelConfig;
 use crate::ModelError;
 use statelm_gguf::{GgmlType, GgufFile, TensorInfo};
 use statelm_quant::QMatrix;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 
 /// Where a weight matrix lives in the file: `rows` rows of `cols` elements of type `ty`.
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +34,17 @@ impl TensorRef {
     /// Bytes of the matrix.
     pub fn n_bytes(&self) -> usize {
         self.len
+    }
+
+    /// Rows `start..start + count` (a part of a fused matrix: rows are whole blocks).
+    fn rows(&self, start: usize, count: usize) -> TensorRef {
+        let row_bytes = self.len / self.rows;
+        TensorRef {
+            rows: count,
+            offset: self.offset + start * row_bytes,
+            len: count * row_bytes,
+            ..*self
+        }
     }
 }
 
@@ -87,15 +100,68 @@ pub struct Weights {
     pub tied_output: bool,
 }
 
+/// Finds tensors by name and remembers which were used, so that a tensor of the file that the
+/// architecture's description does not use is refused ([`Loader::finish`]).
 struct Loader<'a> {
     file: &'a GgufFile,
+    used: RefCell<BTreeSet<String>>,
 }
 
 impl Loader<'_> {
     fn info(&self, name: &str) -> Result<&TensorInfo, ModelError> {
+        self.used.borrow_mut().insert(name.to_string());
         self.file
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+
+    /// Refuses the first tensor of the file that nothing used.
+    fn finish(&self, c: &ModelConfig) -> Result<(), ModelError> {
+        let used = self.used.borrow();
+        match self.file.tensors().iter().find(|t| !used.contains(&t.name)) {
+            Some(t) => Err(ModelError::UnsupportedTensor {
+                name: t.name.clone(),
+                arch: c.arch.name(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Q, K and V: separate matrices, or rows of one fused `attn_qkv` (Phi-3).
+    fn qkv(&self, c: &ModelConfig, il: usize) -> Result<[TensorRef; 3], ModelError> {
+        let (q, k, v) = (c.q_dim(), c.k_dim(), c.v_dim());
+        let fused = format!("blk.{il}.attn_qkv.weight");
+        if self.has(&fused) {
+            let w = self.matrix(&fused, q + k + v, c.n_embd)?;
+            return Ok([w.rows(0, q), w.rows(q, k), w.rows(q + k, v)]);
+        }
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok([
+            self.matrix(&n("attn_q.weight"), q, c.n_embd)?,
+            self.matrix(&n("attn_k.weight"), k, c.n_embd)?,
+            self.matrix(&n("attn_v.weight"), v, c.n_embd)?,
+        ])
+    }
+
+    /// The FFN's gate and up: separate matrices, or the two halves of a fused `ffn_up` with
+    /// no `ffn_gate` (Phi-3: the gate first, as ggml's SwiGLU splits it).
+    fn gate_up(&self, c: &ModelConfig, il: usize) -> Result<[TensorRef; 2], ModelError> {
+        let (gate, up) = (
+            format!("blk.{il}.ffn_gate.weight"),
+            format!("blk.{il}.ffn_up.weight"),
+        );
+        if !self.has(&gate) && c.arch == crate::Arch::Phi3 {
+            let w = self.matrix(&up, 2 * c.n_ff, c.n_embd)?;
+            return Ok([w.rows(0, c.n_ff), w.rows(c.n_ff, c.n_ff)]);
+        }
+        Ok([
+            self.matrix(&gate, c.n_ff, c.n_embd)?,
+            self.matrix(&up, c.n_ff, c.n_embd)?,
+        ])
     }
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<TensorRef, ModelError> {
@@ -151,7 +217,7 @@ impl Loader<'_> {
     }
 
     fn opt_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
-        if self.file.tensor(name).is_none() {
+        if !self.has(name) {
             return Ok(None);
         }
         self.vector(name, len).map(Some)
@@ -172,11 +238,13 @@ impl Loader<'_> {
 
     fn layer(&self, c: &ModelConfig, il: usize) -> Result<LayerWeights, ModelError> {
         let n = |s: &str| format!("blk.{il}.{s}");
+        let [wq, wk, wv] = self.qkv(c, il)?;
+        let [w_gate, w_up] = self.gate_up(c, il)?;
         Ok(LayerWeights {
             attn_norm: self.vector(&n("attn_norm.weight"), c.n_embd)?,
-            wq: self.matrix(&n("attn_q.weight"), c.q_dim(), c.n_embd)?,
-            wk: self.matrix(&n("attn_k.weight"), c.k_dim(), c.n_embd)?,
-            wv: self.matrix(&n("attn_v.weight"), c.v_dim(), c.n_embd)?,
+            wq,
+            wk,
+            wv,
             bq: self.opt_vector(&n("attn_q.bias"), c.q_dim())?,
             bk: self.opt_vector(&n("attn_k.bias"), c.k_dim())?,
             bv: self.opt_vector(&n("attn_v.bias"), c.v_dim())?,
@@ -189,8 +257,8 @@ impl Loader<'_> {
                 c.n_embd,
             )?,
             ffn_norm: self.vector(&n("ffn_norm.weight"), c.n_embd)?,
-            w_gate: self.matrix(&n("ffn_gate.weight"), c.n_ff, c.n_embd)?,
-            w_up: self.matrix(&n("ffn_up.weight"), c.n_ff, c.n_embd)?,
+            w_gate,
+            w_up,
             w_down: self.matrix(&n("ffn_down.weight"), c.n_embd, c.n_ff)?,
             post_ffn_norm: self.required_if(c.post_norms, &n("post_ffw_norm.weight"), c.n_embd)?,
         })
@@ -200,7 +268,10 @@ impl Loader<'_> {
 impl Weights {
     /// Finds and checks every tensor of the model described by `config`.
     pub fn load(file: &GgufFile, config: &ModelConfig) -> Result<Weights, ModelError> {
-        let l = Loader { file };
+        let l = Loader {
+            file,
+            used: RefCell::new(BTreeSet::new()),
+        };
         let token_embd = l.matrix("token_embd.weight", config.n_vocab, config.n_embd)?;
         let layers = (0..config.n_layer)
             .map(|il| l.layer(config, il))
@@ -212,13 +283,19 @@ impl Weights {
             ),
             None => (token_embd, true),
         };
-        Ok(Weights {
+        let weights = Weights {
             token_embd,
             layers,
             output_norm: l.vector("output_norm.weight", config.n_embd)?,
             output,
             tied_output,
-        })
+        };
+        // The RoPE factors were read with the configuration (they are part of the arithmetic).
+        for name in config.rope.factors.tensor_names() {
+            l.used.borrow_mut().insert((*name).to_string());
+        }
+        l.finish(config)?;
+        Ok(weights)
     }
 
     /// Bytes of weights read per decoded token (every matrix once; the embedding row is tiny).

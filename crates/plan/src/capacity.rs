@@ -24,7 +24,7 @@
 //! real models).
 
 use statelm_gguf::{Array, GgmlType, GgufFile, Value};
-use statelm_model::config::{Arch, FfnActivation, ModelConfig, RopeStyle};
+use statelm_model::config::{Arch, FfnActivation, ModelConfig, RopeConfig, RopeFactors, RopeStyle};
 use statelm_model::kv::KvType;
 use statelm_model::quantize::{choose_types, QuantTarget};
 use statelm_model::ModelError;
@@ -599,10 +599,20 @@ fn typical_config(params: u64) -> (ModelConfig, String) {
         n_vocab: mix(a.n_vocab, b.n_vocab).round() as usize,
         context_length: 8192,
         norm_eps: 1e-5,
-        rope_base: 500_000.0,
-        rope_base_swa: 500_000.0,
-        rope_freq_scale: 1.0,
-        rope_style: RopeStyle::Neox,
+        rope: RopeConfig {
+            style: RopeStyle::Neox,
+            dim: head_dim,
+            base: 500_000.0,
+            base_swa: 500_000.0,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 8192,
+            no_rope_step: None,
+            factors: RopeFactors::None,
+        },
         sliding_window: None,
         swa_period: 1,
         embed_scale: None,
@@ -610,6 +620,10 @@ fn typical_config(params: u64) -> (ModelConfig, String) {
         post_norms: false,
         ffn_activation: FfnActivation::Silu,
         attn_scale: 1.0 / (head_dim as f64).sqrt() as f32,
+        attn_softcap: None,
+        attn_temperature: None,
+        residual_scale: None,
+        logit_scale: None,
         final_logit_softcap: None,
     };
     let basis = if t == 0.0 || t == 1.0 {

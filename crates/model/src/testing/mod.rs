@@ -59,4 +59,6 @@ pub fn reference_dir() -> PathBuf {
 }
 
 mod synthetic;
-pub use synthetic::{write_synthetic_model, SyntheticSpec};
+pub use synthetic::{
+    parity_set, write_synthetic_model, write_synthetic_model_with, SyntheticSpec, PARITY_CTX,
+};

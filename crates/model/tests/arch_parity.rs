@@ -1,0 +1,181 @@
+//! Every architecture against llama.cpp on a synthetic file (random f32 weights, the tiny
+//! SentencePiece vocabulary): `reference/synthetic/NAME.json` holds llama-cpp-python 0.3.36's
+//! teacher-forced logits on the file `testing::parity_set` writes as NAME (the test rewrites it
+//! and checks its sha256 first; `tools/parity/synth_reference.py` says how to record them).
+//!
+//! The bar: top-1 agreement ≥ 99% of all steps (issue 34's) and mean |Δlogit| over llama.cpp's
+//! top-20 ≤ 0.01% of the logits' spread (max − min), for both protocols (prompt as one batch
+//! then one token at a time, as the reference ran; and every position in one batch), both
+//! numerics modes, f32 KV cache. Issue 34 asks for 1% of the spread; with f32 weights the two
+//! runtimes differ only in summation order (measured: ~1e-6 of the spread), and 1% would let a
+//! missing feature pass (Gemma 2 without its attention soft-cap scores 99.2% / 0.1%), so the
+//! test holds what is achieved.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use statelm_model::testing::{parity_set, reference_dir, write_synthetic_model, PARITY_CTX};
+use statelm_model::{
+    ForwardOptions, KvType, LoadOptions, LogitsMode, Model, Numerics, StateOptions,
+};
+use std::sync::Arc;
+
+struct Step {
+    token: u32,
+    spread: f64,
+    top: Vec<(u32, f64)>,
+}
+
+struct Prompt {
+    ids: Vec<u32>,
+    steps: Vec<Step>,
+}
+
+fn load(name: &str) -> (String, usize, Vec<Prompt>) {
+    let path = reference_dir()
+        .join("synthetic")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let prompts = v["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Prompt {
+            ids: ids(&p["prompt_ids"]),
+            steps: p["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| Step {
+                    token: s["token"].as_u64().unwrap() as u32,
+                    spread: s["spread"].as_f64().unwrap(),
+                    top: s["top"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|e| (e[0].as_u64().unwrap() as u32, e[1].as_f64().unwrap()))
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    let n_ctx = v["n_ctx"].as_u64().unwrap() as usize;
+    (v["sha256"].as_str().unwrap().to_string(), n_ctx, prompts)
+}
+
+#[derive(Default)]
+struct Score {
+    steps: usize,
+    agree: usize,
+    diff: f64,
+    diff_n: usize,
+    spread: f64,
+}
+
+impl Score {
+    fn add(&mut self, ours: &[f32], s: &Step) {
+        self.steps += 1;
+        self.agree += usize::from(statelm_model::argmax(ours) == s.token);
+        for &(id, v) in &s.top {
+            self.diff += (f64::from(ours[id as usize]) - v).abs();
+            self.diff_n += 1;
+        }
+        self.spread += s.spread;
+    }
+    fn top1(&self) -> f64 {
+        self.agree as f64 / self.steps as f64
+    }
+    /// Mean |Δlogit| as a fraction of the mean spread.
+    fn rel_diff(&self) -> f64 {
+        (self.diff / self.diff_n as f64) / (self.spread / self.steps as f64)
+    }
+}
+
+fn state(model: &Arc<Model>) -> statelm_model::State {
+    let opts = StateOptions {
+        capacity: PARITY_CTX,
+        kv_type: KvType::F32,
+    };
+    model.new_state_with(opts).unwrap()
+}
+
+/// The prompt as one batch, then each reference token alone.
+fn stepwise(model: &Arc<Model>, p: &Prompt, score: &mut Score) {
+    let mut st = state(model);
+    let mut logits = model.forward(&mut st, &p.ids).unwrap();
+    for (i, s) in p.steps.iter().enumerate() {
+        score.add(logits.last(), s);
+        if i + 1 < p.steps.len() {
+            logits = model.forward(&mut st, &[s.token]).unwrap();
+        }
+    }
+}
+
+/// Every position in one batch.
+fn batched(model: &Arc<Model>, p: &Prompt, score: &mut Score) {
+    let mut st = state(model);
+    let mut tokens = p.ids.clone();
+    tokens.extend(p.steps[..p.steps.len() - 1].iter().map(|s| s.token));
+    let opts = ForwardOptions {
+        logits: Some(LogitsMode::LastN(p.steps.len())),
+        ..Default::default()
+    };
+    let logits = model.forward_with(&mut st, &tokens, opts).unwrap();
+    for (i, s) in p.steps.iter().enumerate() {
+        score.add(logits.row(i), s);
+    }
+}
+
+#[test]
+fn every_architecture_matches_llama_cpp_on_its_synthetic_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (name, spec) in parity_set() {
+        let (sha, n_ctx, prompts) = load(name);
+        assert_eq!(n_ctx, PARITY_CTX, "{name}: reference context");
+        let path = dir.path().join(format!("{name}.gguf"));
+        write_synthetic_model(&path, &spec).unwrap();
+        let ours = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+        assert_eq!(
+            ours, sha,
+            "{name}: the synthetic file changed; record its reference again (tools/parity/synth_reference.py)"
+        );
+        for numerics in [Numerics::Fast, Numerics::LlamaCpp] {
+            let opts = LoadOptions {
+                numerics,
+                threads: 2,
+                ..LoadOptions::default()
+            };
+            let model = Model::load(&path, &opts).unwrap();
+            type Run = fn(&Arc<Model>, &Prompt, &mut Score);
+            let protocols: [(&str, Run); 2] = [("stepwise", stepwise), ("batched", batched)];
+            for (protocol, run) in protocols {
+                let mut score = Score::default();
+                for p in &prompts {
+                    run(&model, p, &mut score);
+                }
+                let line = format!(
+                    "{name:20} {numerics:?}/{protocol}: top-1 {:.4}, mean |Δ| {:.2e} of the spread",
+                    score.top1(),
+                    score.rel_diff()
+                );
+                eprintln!("{line}");
+                if score.top1() < 0.99 || score.rel_diff() > 1e-4 {
+                    failures.push(line);
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "below the bar:\n{}",
+        failures.join("\n")
+    );
+}
