@@ -12,6 +12,18 @@ fn synthetic(arch: Arch, ubatch: usize) -> (tempfile::TempDir, Arc<Model>) {
     synthetic_with(SyntheticSpec::tiny(arch), ubatch)
 }
 
+/// A tiny model of `arch` with every RoPE feature its architecture reads (Llama 3.x's
+/// `rope_freqs`, Phi-3's LongRoPE factors).
+fn full_spec(arch: Arch) -> SyntheticSpec {
+    SyntheticSpec {
+        rope_freqs: matches!(
+            arch,
+            Arch::Llama | Arch::Granite | Arch::Mistral3 | Arch::Phi3
+        ),
+        ..SyntheticSpec::tiny(arch)
+    }
+}
+
 fn synthetic_with(spec: SyntheticSpec, ubatch: usize) -> (tempfile::TempDir, Arc<Model>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
@@ -59,8 +71,8 @@ fn stateful_equals_stateless(model: &Model, prompt: &[u32], steps: usize, tol: f
 
 #[test]
 fn synthetic_models_stateful_equals_stateless() {
-    for arch in [Arch::Llama, Arch::Qwen2, Arch::Gemma3] {
-        let (_d, model) = synthetic(arch, 4);
+    for arch in Arch::ALL {
+        let (_d, model) = synthetic_with(full_spec(arch), 4);
         stateful_equals_stateless(&model, &prompt(21), 12, 2e-3);
     }
 }
@@ -93,20 +105,27 @@ fn sliding_window_ring_matches_unwrapped_cache() {
 
 #[test]
 fn snapshot_resumes_exactly_and_rejects_corruption() {
+    for arch in Arch::ALL {
+        let (dir, model) = synthetic_with(full_spec(arch), 8);
+        let mut state = model.new_state(128);
+        model.forward(&mut state, &prompt(17)).unwrap();
+        let path = dir.path().join("s.snap");
+        state.save_to_file(&path).unwrap();
+        let mut restored = statelm_model::State::load_from_file(&path, &model).unwrap();
+        assert_eq!(restored.tokens(), state.tokens());
+        let a = model.forward(&mut state, &[42]).unwrap();
+        let b = model.forward(&mut restored, &[42]).unwrap();
+        assert_eq!(
+            a.last(),
+            b.last(),
+            "{arch:?}: a restored state must continue bit for bit"
+        );
+    }
     let (dir, model) = synthetic(Arch::Qwen2, 8);
     let mut state = model.new_state(128);
     model.forward(&mut state, &prompt(17)).unwrap();
     let path = dir.path().join("s.snap");
     state.save_to_file(&path).unwrap();
-    let mut restored = statelm_model::State::load_from_file(&path, &model).unwrap();
-    assert_eq!(restored.tokens(), state.tokens());
-    let a = model.forward(&mut state, &[42]).unwrap();
-    let b = model.forward(&mut restored, &[42]).unwrap();
-    assert_eq!(
-        a.last(),
-        b.last(),
-        "a restored state must continue bit for bit"
-    );
 
     let bytes = std::fs::read(&path).unwrap();
     let mut flipped = bytes.clone();
@@ -133,8 +152,14 @@ fn snapshot_resumes_exactly_and_rejects_corruption() {
 /// there by nature (the real-model test measures how close).
 #[test]
 fn retain_matches_fresh_prefill_of_kept_tokens() {
-    for arch in [Arch::Qwen2, Arch::Llama] {
-        let mut spec = SyntheticSpec::tiny(arch);
+    // Every architecture without sliding windows (Gemma's shifts inside the window re-prefill:
+    // `gemma_shift_within_window_falls_back_to_reprefill`): the shift re-rotates with the
+    // layer's own RoPE (factors, YaRN, partial rotary; none on NoPE layers).
+    let shifting = Arch::ALL
+        .into_iter()
+        .filter(|a| !matches!(a, Arch::Gemma2 | Arch::Gemma3));
+    for arch in shifting {
+        let mut spec = full_spec(arch);
         spec.n_layer = 1;
         let (_d, model) = synthetic_with(spec, 4);
         let toks = prompt(30);
