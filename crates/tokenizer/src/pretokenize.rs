@@ -29,6 +29,8 @@ pub enum PreTokenizer {
     Llama3,
     /// Qwen 2's split (single digits).
     Qwen2,
+    /// SmolLM's: every digit alone, then GPT-2's split between them.
+    Smollm,
     /// llama.cpp's default chain for BPE vocabularies without a known name.
     Default,
 }
@@ -61,6 +63,7 @@ impl PreConfig {
             | "jais" | "trillion" | "granite-docling" => cfg(PreTokenizer::Gpt2, false, false),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" | "stablelm2"
             | "hunyuan" | "solar-open" | "grok-2" => cfg(PreTokenizer::Qwen2, false, false),
+            "smollm" => cfg(PreTokenizer::Smollm, false, false),
             other => return Err(TokenizerError::UnsupportedPreTokenizer(other.to_string())),
         })
     }
@@ -174,6 +177,35 @@ impl PreTokenizer {
             PreTokenizer::Llama3 => split_llama3_like(text, 3, false, out),
             PreTokenizer::Qwen2 => split_llama3_like(text, 1, true, out),
             PreTokenizer::Default => split_default(text, out),
+            PreTokenizer::Smollm => split_smollm(text, out),
+        }
+    }
+}
+
+/// llama.cpp's SmolLM chain: `\p{N}` isolates every digit, then GPT-2's regex splits the text
+/// between them.
+fn split_smollm(text: &str, out: &mut Vec<(usize, usize)>) {
+    let mut runs = Vec::new();
+    split_runs(
+        text,
+        0,
+        text.len(),
+        |c| class(c) == Class::Number,
+        &mut runs,
+    );
+    for (s, e) in runs {
+        if text[s..e]
+            .chars()
+            .next()
+            .is_some_and(|c| class(c) == Class::Number)
+        {
+            out.extend(
+                text[s..e]
+                    .char_indices()
+                    .map(|(o, c)| (s + o, s + o + c.len_utf8())),
+            );
+        } else {
+            split_gpt2(&text[s..e], s, out);
         }
     }
 }
@@ -415,6 +447,15 @@ mod tests {
         let mut v = Vec::new();
         p.split(t, &mut v);
         v.iter().map(|&(s, e)| &t[s..e]).collect()
+    }
+
+    #[test]
+    fn smollm_isolates_digits_then_splits_like_gpt2() {
+        let w = words(PreTokenizer::Smollm, "I'm  fine, 42x\t 2026");
+        assert_eq!(
+            w,
+            ["I", "'m", " ", " fine", ",", " ", "4", "2", "x", "\t ", "2", "0", "2", "6"]
+        );
     }
 
     #[test]
