@@ -26,10 +26,12 @@ pub fn run(args: &DoctorArgs, ctx: &Ctx) -> Result<()> {
     if args.json {
         let mut v = device::to_json(&p, &tier);
         v["memory_sources"] = serde_json::json!(sources);
+        v["architectures"] = serde_json::json!(statelm_model::Arch::ALL.map(|a| a.name()));
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     device::print_text(&p, &tier);
+    println!("models        {}", statelm_model::Arch::supported_list());
     if sources.is_empty() {
         println!("sources       none found: the governor will rely on the token budget alone");
     }
