@@ -37,15 +37,6 @@ fn input(turn: usize) -> Input {
     }
 }
 
-/// Copies a session directory: what a kill at this moment leaves on disk.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_architecture_keeps_the_engines_promises() {
     for arch in Arch::ALL {

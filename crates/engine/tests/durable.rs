@@ -29,15 +29,6 @@ fn input(turn: usize) -> Input {
     }
 }
 
-/// Copies the files of a session directory: what a kill at this moment leaves on disk.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 fn resumed(run: &Run) -> (usize, usize, usize, String) {
     run.events
         .iter()

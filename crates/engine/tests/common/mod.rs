@@ -116,3 +116,12 @@ pub async fn run(engine: &EngineHandle, req: GenerateRequest) -> Run {
 pub async fn session(engine: &EngineHandle) -> Result<SessionId, EngineError> {
     engine.create_session(Default::default()).await
 }
+
+/// Copies the files of a session directory: what a kill at this moment leaves on disk.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
