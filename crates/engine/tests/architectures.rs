@@ -15,13 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn model(dir: &Path, arch: Arch) -> Arc<Model> {
-    let spec = SyntheticSpec {
-        rope_freqs: matches!(
-            arch,
-            Arch::Llama | Arch::Granite | Arch::Mistral3 | Arch::Phi3
-        ),
-        ..SyntheticSpec::tiny(arch)
-    };
+    let spec = SyntheticSpec::tiny_with_rope_factors(arch);
     let path = dir.join(format!("{}.gguf", arch.name()));
     write_synthetic_model(&path, &spec).unwrap();
     Model::load(&path, &LoadOptions::default()).unwrap()

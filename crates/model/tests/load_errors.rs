@@ -17,16 +17,7 @@ fn every_architecture_loads_and_runs() {
     for arch in Arch::ALL {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.gguf");
-        let spec = SyntheticSpec {
-            rope_freqs: true,
-            ..SyntheticSpec::tiny(arch)
-        };
-        // Factors only where the architecture reads them.
-        let spec = match arch {
-            Arch::Llama | Arch::Granite | Arch::Mistral3 | Arch::Phi3 => spec,
-            _ => SyntheticSpec::tiny(arch),
-        };
-        write_synthetic_model(&path, &spec).unwrap();
+        write_synthetic_model(&path, &SyntheticSpec::tiny_with_rope_factors(arch)).unwrap();
         let model = Model::load(&path, &LoadOptions::default())
             .unwrap_or_else(|e| panic!("{}: {e}", arch.name()));
         assert_eq!(model.config().arch, arch);

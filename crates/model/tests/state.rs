@@ -12,18 +12,6 @@ fn synthetic(arch: Arch, ubatch: usize) -> (tempfile::TempDir, Arc<Model>) {
     synthetic_with(SyntheticSpec::tiny(arch), ubatch)
 }
 
-/// A tiny model of `arch` with every RoPE feature its architecture reads (Llama 3.x's
-/// `rope_freqs`, Phi-3's LongRoPE factors).
-fn full_spec(arch: Arch) -> SyntheticSpec {
-    SyntheticSpec {
-        rope_freqs: matches!(
-            arch,
-            Arch::Llama | Arch::Granite | Arch::Mistral3 | Arch::Phi3
-        ),
-        ..SyntheticSpec::tiny(arch)
-    }
-}
-
 fn synthetic_with(spec: SyntheticSpec, ubatch: usize) -> (tempfile::TempDir, Arc<Model>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
@@ -72,7 +60,7 @@ fn stateful_equals_stateless(model: &Model, prompt: &[u32], steps: usize, tol: f
 #[test]
 fn synthetic_models_stateful_equals_stateless() {
     for arch in Arch::ALL {
-        let (_d, model) = synthetic_with(full_spec(arch), 4);
+        let (_d, model) = synthetic_with(SyntheticSpec::tiny_with_rope_factors(arch), 4);
         stateful_equals_stateless(&model, &prompt(21), 12, 2e-3);
     }
 }
@@ -106,7 +94,7 @@ fn sliding_window_ring_matches_unwrapped_cache() {
 #[test]
 fn snapshot_resumes_exactly_and_rejects_corruption() {
     for arch in Arch::ALL {
-        let (dir, model) = synthetic_with(full_spec(arch), 8);
+        let (dir, model) = synthetic_with(SyntheticSpec::tiny_with_rope_factors(arch), 8);
         let mut state = model.new_state(128);
         model.forward(&mut state, &prompt(17)).unwrap();
         let path = dir.path().join("s.snap");
@@ -159,7 +147,7 @@ fn retain_matches_fresh_prefill_of_kept_tokens() {
         .into_iter()
         .filter(|a| !matches!(a, Arch::Gemma2 | Arch::Gemma3));
     for arch in shifting {
-        let mut spec = full_spec(arch);
+        let mut spec = SyntheticSpec::tiny_with_rope_factors(arch);
         spec.n_layer = 1;
         let (_d, model) = synthetic_with(spec, 4);
         let toks = prompt(30);

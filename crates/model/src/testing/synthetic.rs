@@ -83,6 +83,18 @@ impl SyntheticSpec {
         }
     }
 
+    /// A tiny model of `arch` that carries every RoPE factor tensor its architecture reads
+    /// (Llama 3.x's `rope_freqs`, Phi-3's LongRoPE factors).
+    pub fn tiny_with_rope_factors(arch: Arch) -> SyntheticSpec {
+        SyntheticSpec {
+            rope_freqs: matches!(
+                arch,
+                Arch::Llama | Arch::Granite | Arch::Mistral3 | Arch::Phi3
+            ),
+            ..SyntheticSpec::tiny(arch)
+        }
+    }
+
     /// The architecture parity files (`reference/synthetic/`): f32 weights (the comparison is
     /// of the architecture, not of the kernels, which the real models test) and sharp logits.
     pub fn parity(arch: Arch) -> SyntheticSpec {
