@@ -118,6 +118,22 @@ pub struct AttnTemperature {
     pub floor: usize,
 }
 
+/// LFM2's gated short convolutions: layers that mix tokens by a causal depthwise convolution
+/// over the last `l_cache` inputs instead of attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShortConv {
+    /// The kernel's length (`shortconv.l_cache`): each output sees this many inputs, so the
+    /// state carries the last `l_cache - 1` of them from one call to the next.
+    pub l_cache: usize,
+}
+
+impl ShortConv {
+    /// Rows of input history the convolution state holds (`l_cache - 1`).
+    pub fn d_conv(&self) -> usize {
+        self.l_cache - 1
+    }
+}
+
 /// Everything the decoder needs to know about a model's shape and arithmetic.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -129,8 +145,13 @@ pub struct ModelConfig {
     pub n_layer: usize,
     /// Query heads.
     pub n_head: usize,
-    /// Key/value heads (GQA when fewer than `n_head`).
+    /// Key/value heads of the attention layers (GQA when fewer than `n_head`).
     pub n_head_kv: usize,
+    /// Whether each layer attends (`false`: `attention.head_count_kv` is 0 there, and the
+    /// layer is a short convolution).
+    pub attention_layers: Vec<bool>,
+    /// The short convolutions of the layers that do not attend (LFM2).
+    pub shortconv: Option<ShortConv>,
     /// Dimension of one query/key head.
     pub head_dim: usize,
     /// Dimension of one value head.
@@ -169,6 +190,9 @@ pub struct ModelConfig {
     pub logit_scale: Option<f32>,
     /// Final logit soft-capping (`cap * tanh(x / cap)`), if any.
     pub final_logit_softcap: Option<f32>,
+    /// The name of the final norm's tensor (`output_norm.weight`; LFM2's is
+    /// `token_embd_norm.weight`).
+    pub output_norm: &'static str,
 }
 
 impl ModelConfig {
@@ -192,6 +216,30 @@ impl ModelConfig {
                 self.n_head, self.n_head_kv
             ));
         }
+        if self.attention_layers.len() != self.n_layer {
+            return bad(format!(
+                "attention.head_count_kv has {} entries for {} layers",
+                self.attention_layers.len(),
+                self.n_layer
+            ));
+        }
+        if let Some(il) = (0..self.n_layer).find(|&il| self.is_conv_layer(il)) {
+            match self.shortconv {
+                None => {
+                    return bad(format!(
+                        "layer {il} has no key/value heads, and {} has no other kind of layer",
+                        self.arch.name()
+                    ))
+                }
+                Some(sc) if sc.l_cache < 2 => {
+                    return bad(format!(
+                        "shortconv.l_cache {} must be at least 2",
+                        sc.l_cache
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dimension {} must be even", self.head_dim));
         }
@@ -210,6 +258,12 @@ impl ModelConfig {
         self.sliding_window.is_some()
             && self.swa_period > 1
             && (il % self.swa_period) < self.swa_period - 1
+    }
+
+    /// Whether layer `il` is a short convolution (LFM2) rather than attention: it holds no KV
+    /// cells, only the convolution's last inputs.
+    pub fn is_conv_layer(&self, il: usize) -> bool {
+        !self.attention_layers.get(il).copied().unwrap_or(true)
     }
 
     /// Whether layer `il` turns its queries and keys by position.
@@ -273,9 +327,8 @@ impl ModelConfig {
 fn common(k: &Keys<'_>, arch: Arch, f: &GgufFile) -> Result<ModelConfig, ModelError> {
     let n_embd = k.req_u32("embedding_length")? as usize;
     let n_head = k.req_u32("attention.head_count")? as usize;
-    let n_head_kv = k
-        .u32("attention.head_count_kv")?
-        .map_or(n_head, |v| v as usize);
+    let n_layer = k.req_u32("block_count")? as usize;
+    let (n_head_kv, attention_layers) = head_count_kv(k, n_head, n_layer)?;
     let head_dim = k
         .u32("attention.key_length")?
         .map_or(n_embd / n_head.max(1), |v| v as usize);
@@ -299,9 +352,11 @@ fn common(k: &Keys<'_>, arch: Arch, f: &GgufFile) -> Result<ModelConfig, ModelEr
     Ok(ModelConfig {
         arch,
         n_embd,
-        n_layer: k.req_u32("block_count")? as usize,
+        n_layer,
         n_head,
         n_head_kv,
+        attention_layers,
+        shortconv: None,
         head_dim,
         v_head_dim,
         n_ff: k.req_u32("feed_forward_length")? as usize,
@@ -321,7 +376,37 @@ fn common(k: &Keys<'_>, arch: Arch, f: &GgufFile) -> Result<ModelConfig, ModelEr
         residual_scale: None,
         logit_scale: None,
         final_logit_softcap: None,
+        output_norm: "output_norm.weight",
     })
+}
+
+/// `attention.head_count_kv`: one count for every layer, or one per layer (LFM2, where 0 marks
+/// a layer without attention). Returns the attention layers' count and which layers attend;
+/// per-layer counts that differ between attention layers are refused by name.
+fn head_count_kv(
+    k: &Keys<'_>,
+    n_head: usize,
+    n_layer: usize,
+) -> Result<(usize, Vec<bool>), ModelError> {
+    let Some(counts) = k.per_layer_u32("attention.head_count_kv", n_layer)? else {
+        return Ok((n_head, vec![true; n_layer]));
+    };
+    if counts.len() != n_layer {
+        return Err(ModelError::BadConfig(format!(
+            "{} has {} entries for {n_layer} layers",
+            k.full("attention.head_count_kv"),
+            counts.len()
+        )));
+    }
+    let mut attending = counts.iter().filter(|&&c| c != 0);
+    let first = attending.next().copied().unwrap_or(n_head as u32);
+    if attending.any(|&c| c != first) {
+        return Err(ModelError::UnsupportedKey {
+            key: k.full("attention.head_count_kv"),
+            reason: format!("per-layer counts {counts:?} differ (statelm: one count for all)"),
+        });
+    }
+    Ok((first as usize, counts.iter().map(|&c| c != 0).collect()))
 }
 
 /// The RoPE keys as llama.cpp reads them for every architecture: base, scaling type and

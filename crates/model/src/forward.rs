@@ -9,7 +9,7 @@ use crate::ops;
 use crate::ops::fit;
 use crate::scratch::Scratch;
 use crate::state::State;
-use crate::weights::{LayerWeights, TensorRef, Weights};
+use crate::weights::{AttentionWeights, LayerWeights, Mixer, ShortConvWeights, TensorRef, Weights};
 use crate::{ModelError, Numerics};
 use statelm_gguf::GgufFile;
 use statelm_quant::{Projector, Summation, ThreadPool};
@@ -47,7 +47,10 @@ pub(crate) fn forward_batch(
     embed(ctx, tokens, fit(&mut sc.x, n * c.n_embd))?;
     record(trace, None, "embd", n, &sc.x[..n * c.n_embd]);
     for (il, lw) in ctx.weights.layers.iter().enumerate() {
-        attention_block(ctx, sc, state, il, lw, p0, n, trace)?;
+        match &lw.mixer {
+            Mixer::Attention(a) => attention_block(ctx, sc, state, (il, lw, a), p0, n, trace)?,
+            Mixer::ShortConv(w) => shortconv_block(ctx, sc, state, (il, lw, w), p0, n, trace)?,
+        }
         ffn_block(ctx, sc, il, lw, n, trace)?;
     }
     output(ctx, sc, n, logit_rows, logits)?;
@@ -130,21 +133,19 @@ fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
 
 /// `x += post_norm(Wo · attention(rope(norm(Wq·h)), rope(norm(Wk·h)), Wv·h))`, `h = norm(x)`:
 /// projections, RoPE, the KV append, attention, the output projection.
-#[allow(clippy::too_many_arguments)]
 fn attention_block(
     ctx: &BatchCtx<'_>,
     sc: &mut Scratch,
     state: &mut State,
-    il: usize,
-    lw: &LayerWeights,
+    (il, lw, a): (usize, &LayerWeights, &AttentionWeights),
     p0: usize,
     n: usize,
     trace: &mut Option<&mut dyn Trace>,
 ) -> Result<(), ModelError> {
     let c = ctx.config;
     let e = c.n_embd;
-    qkv(ctx, sc, il, lw, n, trace)?;
-    rope(ctx, sc, il, lw, (p0, state.capacity), n, trace);
+    qkv(ctx, sc, il, (lw, a), n, trace)?;
+    rope(ctx, sc, il, a, (p0, state.capacity), n, trace);
     // Append k, v to the cache, then attend over every visible cell.
     let cache = &mut state.layers[il];
     for t in 0..n {
@@ -174,14 +175,7 @@ fn attention_block(
     attend(ctx.pool, &shape, cache, q, p0, att, buffers, ctx.numerics)?;
     record(trace, Some(il), "kqv_out", n, &sc.att[..att_len]);
     // o = att·Woᵀ [n, E]; Gemma normalizes it again before the residual add.
-    project(
-        ctx,
-        &mut sc.acts,
-        &lw.wo,
-        &sc.att[..att_len],
-        n,
-        &mut sc.xb2,
-    )?;
+    project(ctx, &mut sc.acts, &a.wo, &sc.att[..att_len], n, &mut sc.xb2)?;
     post_norm(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
     record(trace, Some(il), "attn_post_norm", n, &sc.xb2[..n * e]);
     add_residual(sc, n * e, c.residual_scale);
@@ -195,7 +189,7 @@ fn qkv(
     ctx: &BatchCtx<'_>,
     sc: &mut Scratch,
     il: usize,
-    lw: &LayerWeights,
+    (lw, a): (&LayerWeights, &AttentionWeights),
     n: usize,
     trace: &mut Option<&mut dyn Trace>,
 ) -> Result<(), ModelError> {
@@ -206,14 +200,14 @@ fn qkv(
     project_many(
         ctx,
         &mut sc.acts,
-        [&lw.wq, &lw.wk, &lw.wv],
+        [&a.wq, &a.wk, &a.wv],
         &sc.xb[..n * e],
         n,
         [&mut sc.q, &mut sc.k, &mut sc.v],
     )?;
-    add_bias(&mut sc.q[..n * c.q_dim()], lw.bq.as_ref());
-    add_bias(&mut sc.k[..n * c.k_dim()], lw.bk.as_ref());
-    add_bias(&mut sc.v[..n * c.v_dim()], lw.bv.as_ref());
+    add_bias(&mut sc.q[..n * c.q_dim()], a.bq.as_ref());
+    add_bias(&mut sc.k[..n * c.k_dim()], a.bk.as_ref());
+    add_bias(&mut sc.v[..n * c.v_dim()], a.bv.as_ref());
     Ok(())
 }
 
@@ -224,7 +218,7 @@ fn rope(
     ctx: &BatchCtx<'_>,
     sc: &mut Scratch,
     il: usize,
-    lw: &LayerWeights,
+    lw: &AttentionWeights,
     at: (usize, usize),
     n: usize,
     trace: &mut Option<&mut dyn Trace>,
@@ -262,6 +256,83 @@ fn rope(
     record(trace, Some(il), "q", n, q);
     record(trace, Some(il), "k", n, k);
     record(trace, Some(il), "v", n, &sc.v[..n * c.v_dim()]);
+}
+
+/// `x += W_out · (c ⊙ conv(b ⊙ u))` with `[b, c, u] = W_in · norm(x)`: LFM2's gated short
+/// convolution, causal and depthwise over the last `l_cache` gated inputs. The inputs before
+/// this batch come from the layer's state, which then keeps this batch's newest ones.
+fn shortconv_block(
+    ctx: &BatchCtx<'_>,
+    sc: &mut Scratch,
+    state: &mut State,
+    (il, lw, w): (usize, &LayerWeights, &ShortConvWeights),
+    p0: usize,
+    n: usize,
+    trace: &mut Option<&mut dyn Trace>,
+) -> Result<(), ModelError> {
+    let c = ctx.config;
+    let e = c.n_embd;
+    let taps = w.kernel.len() / e;
+    let ring = state.conv[il].as_mut().ok_or_else(|| {
+        ModelError::BadConfig(format!("layer {il} is a convolution without a state"))
+    })?;
+    if ring.end() != p0 && !ring.truncate(p0, taps - 1) {
+        return Err(ModelError::BadConfig(format!(
+            "layer {il}'s convolution state ends at {}, not at position {p0}",
+            ring.end()
+        )));
+    }
+    norm_input(sc, &lw.attn_norm, n, e, c.norm_eps);
+    record(trace, Some(il), "attn_norm", n, &sc.xb[..n * e]);
+    project_many(
+        ctx,
+        &mut sc.acts,
+        [&w.b, &w.c, &w.x],
+        &sc.xb[..n * e],
+        n,
+        [&mut sc.hb, &mut sc.hb2, &mut sc.att],
+    )?;
+    // bx = b ⊙ u, then conv[t] = Σ_k kernel[k] · bx[t - (taps-1) + k] per channel, oldest tap
+    // first from zero (ggml's ssm_conv order); rows before the batch come from the ring.
+    let bx = &mut sc.hb[..n * e];
+    bx.iter_mut()
+        .zip(&sc.att[..n * e])
+        .for_each(|(b, u)| *b *= u);
+    let conv = fit(&mut sc.xb, n * e);
+    conv.fill(0.0);
+    for (t, out) in conv.chunks_exact_mut(e).enumerate() {
+        for k in 0..taps {
+            let j = t as isize + k as isize - (taps as isize - 1);
+            let src = if j >= 0 {
+                &bx[j as usize * e..(j as usize + 1) * e]
+            } else {
+                match ring.row(p0 as isize + j) {
+                    Some(row) => row,
+                    None => continue,
+                }
+            };
+            for ((o, s), kern) in out
+                .iter_mut()
+                .zip(src)
+                .zip(w.kernel[k..].iter().step_by(taps))
+            {
+                *o += s * kern;
+            }
+        }
+    }
+    for t in n.saturating_sub(ring.capacity())..n {
+        ring.push(p0 + t, &bx[t * e..(t + 1) * e]);
+    }
+    // y = c ⊙ conv, then the output projection.
+    conv.iter_mut()
+        .zip(&sc.hb2[..n * e])
+        .for_each(|(y, g)| *y *= g);
+    record(trace, Some(il), "shortconv_y", n, &sc.xb[..n * e]);
+    project(ctx, &mut sc.acts, &w.out, &sc.xb[..n * e], n, &mut sc.xb2)?;
+    post_norm(sc, lw.post_attn_norm.as_deref(), n * e, e, c.norm_eps);
+    add_residual(sc, n * e, c.residual_scale);
+    record(trace, Some(il), "attn_out", n, &sc.x[..n * e]);
+    Ok(())
 }
 
 /// `x += post_norm(W_down · (act(W_gate·h) ⊙ W_up·h))`, `h = norm(x)`.

@@ -13,7 +13,8 @@ use statelm_quant::Kernels;
 /// Cells a layer's cache allocates at a time as it grows.
 pub const GROW_CELLS: usize = 256;
 
-/// The most cells layer `il` holds in a State of `capacity` tokens: the capacity, or for a
+/// The most cells layer `il` holds in a State of `capacity` tokens (none for a short-convolution
+/// layer, which holds [`conv_state_bytes`] instead): the capacity, or for a
 /// sliding-window layer its ring of `window + ring_extra` cells (`ring_extra` is the model's
 /// micro-batch; `None` keeps full-size caches, as `Numerics::LlamaCpp` does).
 pub fn layer_cells(
@@ -22,6 +23,9 @@ pub fn layer_cells(
     capacity: usize,
     ring_extra: Option<usize>,
 ) -> usize {
+    if c.is_conv_layer(il) {
+        return 0;
+    }
     let cells = match (c.sliding_window, ring_extra) {
         (Some(w), Some(extra)) if c.is_swa_layer(il) => (w + extra).min(capacity),
         _ => capacity,
@@ -34,8 +38,17 @@ pub fn cell_bytes(c: &ModelConfig, kv: KvType) -> u64 {
     (kv.row_bytes(c.k_dim()) + kv.row_bytes(c.v_dim()) + 4) as u64
 }
 
-/// The KV bytes a State of `capacity` tokens allocates once it holds `tokens` tokens: per
-/// layer, whole growth steps of [`GROW_CELLS`] cells up to [`layer_cells`]. The one formula
+/// Bytes of the short-convolution layers' state (LFM2): a ring of recent inputs per layer,
+/// allocated with the first token, whatever the context's length.
+pub fn conv_state_bytes(c: &ModelConfig) -> u64 {
+    let Some(sc) = c.shortconv else { return 0 };
+    let layers = (0..c.n_layer).filter(|&il| c.is_conv_layer(il)).count();
+    (layers * crate::conv::ConvCache::ring_bytes(c.n_embd, sc.d_conv())) as u64
+}
+
+/// The cache bytes a State of `capacity` tokens allocates once it holds `tokens` tokens: per
+/// layer, whole growth steps of [`GROW_CELLS`] cells up to [`layer_cells`], plus the
+/// convolution layers' state ([`conv_state_bytes`]) once it holds any. The one formula
 /// of the cache's size: the planner and the engine's admission control use it, and it is
 /// what [`crate::State::kv_bytes`] reports after a prefill.
 pub fn kv_bytes_for(
@@ -46,7 +59,8 @@ pub fn kv_bytes_for(
     tokens: usize,
 ) -> u64 {
     let per_cell = cell_bytes(c, kv);
-    (0..c.n_layer)
+    let conv = if tokens > 0 { conv_state_bytes(c) } else { 0 };
+    conv + (0..c.n_layer)
         .map(|il| {
             let max = layer_cells(c, il, capacity, ring_extra);
             let used = tokens.min(max);
@@ -56,7 +70,7 @@ pub fn kv_bytes_for(
             };
             alloc as u64 * per_cell
         })
-        .sum()
+        .sum::<u64>()
 }
 
 /// Element type of the KV cache.
@@ -386,7 +400,7 @@ impl LayerCache {
             }
         }
         self.pos.truncate(next);
-        self.head = next % self.max_cells;
+        self.head = next % self.max_cells.max(1);
         moved
     }
 
@@ -453,7 +467,7 @@ impl LayerCache {
         self.k.fill_from_le_bytes(k);
         self.v.fill_from_le_bytes(v);
         self.pos = pos;
-        self.head = head % self.max_cells;
+        self.head = head % self.max_cells.max(1);
     }
 
     /// Row sizes in bytes (key, value), for snapshot validation.

@@ -26,6 +26,7 @@
 mod arch;
 mod attention;
 pub mod config;
+mod conv;
 pub mod files;
 mod forward;
 pub mod kv;
@@ -43,6 +44,7 @@ pub mod testing;
 mod weights;
 
 pub use config::{Arch, ModelConfig};
+pub use conv::CONV_ROLLBACK;
 pub use files::{private_create_new, sync_dir, write_file_atomic};
 pub use forward::Trace;
 pub use kv::KvType;

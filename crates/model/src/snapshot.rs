@@ -3,7 +3,10 @@
 //! Layout (little-endian): magic `STLMSNAP`, u32 version, the model fingerprint (32 bytes),
 //! u8 KV type, u64 capacity, u64 token count, the tokens (u32 each), u64 cached-token count,
 //! u32 layer count, then per layer u32 cells, u32 ring head, the cells' positions (u32 each),
-//! u64 key bytes + keys, u64 value bytes + values; finally a CRC-32 of everything before it.
+//! u64 key bytes + keys, u64 value bytes + values; since version 2, u32 convolution-layer count
+//! and per short-convolution layer (LFM2) u64 end position, u32 rows, u64 bytes + the rows
+//! (f32, oldest first); finally a CRC-32 of everything before it. Version 1 files (no
+//! convolution section) are still read.
 //! Files are written to a temporary sibling, synced, and renamed into place.
 
 use crate::files::{write_file_atomic_with, FileKey, FileTag};
@@ -14,7 +17,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"STLMSNAP";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The largest capacity a snapshot may claim (16 Mi tokens): anything larger is corrupt or
 /// hostile, not a conversation.
@@ -28,7 +31,7 @@ pub enum SnapshotError {
     #[error("not a statelm snapshot (bad magic)")]
     BadMagic,
     /// A snapshot of another format version.
-    #[error("snapshot format version {0} is not supported (this build reads {VERSION})")]
+    #[error("snapshot format version {0} is not supported (this build reads 1 to {VERSION})")]
     UnsupportedVersion(u32),
     /// The checksum does not match: the file is corrupt.
     #[error("snapshot checksum mismatch: the file is corrupt")]
@@ -133,6 +136,15 @@ impl State {
             w.write_all(&(v.len() as u64).to_le_bytes())?;
             w.write_all(&v)?;
         }
+        let rings: Vec<_> = self.conv.iter().flatten().collect();
+        w.write_all(&(rings.len() as u32).to_le_bytes())?;
+        for ring in rings {
+            w.write_all(&(ring.end() as u64).to_le_bytes())?;
+            w.write_all(&(ring.rows() as u32).to_le_bytes())?;
+            let rows = ring.to_le_bytes();
+            w.write_all(&(rows.len() as u64).to_le_bytes())?;
+            w.write_all(&rows)?;
+        }
         let crc = w.crc.clone().finalize();
         w.inner.write_all(&crc.to_le_bytes())
     }
@@ -156,7 +168,7 @@ impl State {
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(SnapshotError::UnsupportedVersion(version).into());
         }
         if crc32fast::hash(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
@@ -209,6 +221,13 @@ impl State {
             }
             layer.restore(pos, head, k, v);
         }
+        if version >= 2 {
+            read_conv(&mut c, &mut state, n_cached)?;
+        }
+        if state.conv.iter().flatten().any(|r| r.end() != n_cached) {
+            let msg = "the convolution state does not match the cached tokens";
+            return Err(SnapshotError::Invalid(msg.into()).into());
+        }
         if c.at != body.len() {
             return Err(SnapshotError::Invalid("trailing bytes".into()).into());
         }
@@ -216,6 +235,25 @@ impl State {
         state.n_cached = n_cached;
         Ok(state)
     }
+}
+
+/// Reads the convolution layers' state (version 2).
+fn read_conv(c: &mut Reader<'_>, state: &mut State, n_cached: usize) -> Result<(), ModelError> {
+    let invalid = |m: &str| ModelError::from(SnapshotError::Invalid(m.into()));
+    let count = c.u32()? as usize;
+    if count != state.conv.iter().flatten().count() {
+        return Err(invalid("convolution layer count differs from the model"));
+    }
+    for ring in state.conv.iter_mut().flatten() {
+        let end = c.u64()? as usize;
+        let rows = c.u32()? as usize;
+        let len = c.u64()? as usize;
+        let bytes = c.take(len)?;
+        if end != n_cached || !ring.restore(end, rows, bytes) {
+            return Err(invalid("convolution state does not fit the model"));
+        }
+    }
+    Ok(())
 }
 
 /// Passes bytes on and keeps the CRC-32 of what passed.

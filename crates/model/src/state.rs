@@ -3,6 +3,7 @@
 //! buffers belong to the computation ([`crate::Scratch`]), not to the State.
 
 use crate::config::ModelConfig;
+use crate::conv::ConvCache;
 use crate::kv::{KvType, LayerCache};
 use crate::rope;
 use crate::ModelError;
@@ -71,6 +72,8 @@ pub struct State {
     pub(crate) kv_type: KvType,
     pub(crate) capacity: usize,
     pub(crate) layers: Vec<LayerCache>,
+    /// The state of each short-convolution layer (LFM2; `None` for attention layers).
+    pub(crate) conv: Vec<Option<ConvCache>>,
     /// Every token in context, in order; position `i` is `tokens[i]`.
     pub(crate) tokens: Vec<u32>,
     /// How many of `tokens` have their keys and values in the cache (the rest are re-prefilled
@@ -101,12 +104,19 @@ impl State {
                 LayerCache::new(opts.kv_type, config.k_dim(), config.v_dim(), cells)
             })
             .collect();
+        let conv = (0..config.n_layer)
+            .map(|il| {
+                let sc = config.shortconv.filter(|_| config.is_conv_layer(il))?;
+                Some(ConvCache::new(config.n_embd, sc.d_conv()))
+            })
+            .collect();
         Ok(State {
             config,
             fingerprint,
             kv_type: opts.kv_type,
             capacity: opts.capacity,
             layers,
+            conv,
             tokens: Vec::new(),
             n_cached: 0,
         })
@@ -142,9 +152,10 @@ impl State {
         self.tokens.len() - self.n_cached
     }
 
-    /// Exact bytes held by the KV cache.
+    /// Exact bytes held by the cache: the KV cells, and the short-convolution layers' state.
     pub fn kv_bytes(&self) -> usize {
-        self.layers.iter().map(LayerCache::bytes).sum()
+        let conv: usize = self.conv.iter().flatten().map(ConvCache::bytes).sum();
+        conv + self.layers.iter().map(LayerCache::bytes).sum::<usize>()
     }
 
     /// Exact bytes this state holds: KV cache and token history (the forward pass's buffers
@@ -158,9 +169,7 @@ impl State {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.n_cached = 0;
-        for l in &mut self.layers {
-            l.clear();
-        }
+        self.clear_cache_for_reprefill();
     }
 
     /// Frees every allocation not needed for the tokens in context: the cache cells past the
@@ -171,6 +180,7 @@ impl State {
         for l in &mut self.layers {
             l.shrink_to_fit();
         }
+        self.conv.iter_mut().flatten().for_each(ConvCache::shrink);
     }
 
     /// Keeps the first `n` tokens.
@@ -212,6 +222,12 @@ impl State {
             || method == RetainMethod::Reprefill
             || !self.kv_type.supports_shift()
             || !self.window_survives(p, suffix_start, kept)
+            || !self.conv_survives(
+                keep_prefix,
+                keep_suffix,
+                suffix_start as usize,
+                delta as usize,
+            )
         {
             self.clear_cache_for_reprefill();
             return RetainOutcome::Reprefill { dropped, kept };
@@ -246,10 +262,45 @@ impl State {
         (first_visible..kept as u32).all(|pos| present.contains(&pos))
     }
 
+    /// Cuts every convolution layer's state to the kept tokens: exact when it keeps only a
+    /// prefix the rings still cover; for a shift, the kept suffix's last inputs renumbered (the
+    /// trace of the dropped context that deeper layers keep, as the KV cache's does). Returns
+    /// `false`, having changed nothing, when a ring cannot give the state (a re-prefill then).
+    fn conv_survives(
+        &mut self,
+        keep_prefix: usize,
+        keep_suffix: usize,
+        suffix_start: usize,
+        delta: usize,
+    ) -> bool {
+        let Some(sc) = self.config.shortconv else {
+            return true;
+        };
+        let d = sc.d_conv();
+        let rings = || self.conv.iter().flatten();
+        let possible = if keep_suffix == 0 {
+            rings().all(|c| c.can_truncate(keep_prefix, d))
+        } else {
+            rings().all(|c| c.can_shift(suffix_start, d))
+        };
+        if !possible {
+            return false;
+        }
+        for c in self.conv.iter_mut().flatten() {
+            if keep_suffix == 0 {
+                c.truncate(keep_prefix, d);
+            } else {
+                c.shift(suffix_start, delta, d);
+            }
+        }
+        true
+    }
+
     fn clear_cache_for_reprefill(&mut self) {
         for l in &mut self.layers {
             l.clear();
         }
+        self.conv.iter_mut().flatten().for_each(ConvCache::clear);
         self.n_cached = 0;
     }
 

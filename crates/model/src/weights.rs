@@ -51,8 +51,45 @@ impl TensorRef {
 /// The weights of one decoder block.
 #[derive(Debug)]
 pub struct LayerWeights {
-    /// RMS norm before attention.
+    /// RMS norm before the token mixer (attention or short convolution).
     pub attn_norm: Vec<f32>,
+    /// What mixes tokens: attention, or LFM2's short convolution.
+    pub mixer: Mixer,
+    /// Norm after attention, before the residual add (Gemma 2 and 3).
+    pub post_attn_norm: Option<Vec<f32>>,
+    /// RMS norm before the FFN.
+    pub ffn_norm: Vec<f32>,
+    /// FFN gate `[n_ff, n_embd]`.
+    pub w_gate: TensorRef,
+    /// FFN up `[n_ff, n_embd]`.
+    pub w_up: TensorRef,
+    /// FFN down `[n_embd, n_ff]`.
+    pub w_down: TensorRef,
+    /// Norm after the FFN, before the residual add (Gemma 2 and 3).
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// How a block mixes information between tokens.
+#[derive(Debug)]
+pub enum Mixer {
+    /// Self-attention over the KV cache.
+    Attention(AttentionWeights),
+    /// LFM2's gated short convolution over the last inputs.
+    ShortConv(ShortConvWeights),
+}
+
+impl Mixer {
+    fn matrices(&self) -> Vec<TensorRef> {
+        match self {
+            Mixer::Attention(a) => vec![a.wq, a.wk, a.wv, a.wo],
+            Mixer::ShortConv(sc) => vec![sc.b, sc.c, sc.x, sc.out],
+        }
+    }
+}
+
+/// The weights of a self-attention mixer.
+#[derive(Debug)]
+pub struct AttentionWeights {
     /// Query projection `[q_dim, n_embd]`.
     pub wq: TensorRef,
     /// Key projection `[k_dim, n_embd]`.
@@ -65,24 +102,28 @@ pub struct LayerWeights {
     pub bk: Option<Vec<f32>>,
     /// Value bias.
     pub bv: Option<Vec<f32>>,
-    /// Per-head query norm `[head_dim]` (Gemma 3).
+    /// Per-head query norm `[head_dim]` (Gemma 3, Qwen3, LFM2).
     pub q_norm: Option<Vec<f32>>,
-    /// Per-head key norm `[head_dim]` (Gemma 3).
+    /// Per-head key norm `[head_dim]`.
     pub k_norm: Option<Vec<f32>>,
     /// Attention output projection `[n_embd, q_dim]`.
     pub wo: TensorRef,
-    /// Norm after attention, before the residual add (Gemma 3).
-    pub post_attn_norm: Option<Vec<f32>>,
-    /// RMS norm before the FFN.
-    pub ffn_norm: Vec<f32>,
-    /// FFN gate `[n_ff, n_embd]`.
-    pub w_gate: TensorRef,
-    /// FFN up `[n_ff, n_embd]`.
-    pub w_up: TensorRef,
-    /// FFN down `[n_embd, n_ff]`.
-    pub w_down: TensorRef,
-    /// Norm after the FFN, before the residual add (Gemma 3).
-    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// The weights of a gated short convolution (LFM2): `in_proj`'s three parts, the depthwise
+/// kernel and `out_proj`.
+#[derive(Debug)]
+pub struct ShortConvWeights {
+    /// The gate before the convolution: rows `0..E` of `shortconv.in_proj` `[E, E]`.
+    pub b: TensorRef,
+    /// The gate after it: rows `E..2E`.
+    pub c: TensorRef,
+    /// The convolved input: rows `2E..3E`.
+    pub x: TensorRef,
+    /// `shortconv.conv`: per channel, `l_cache` taps, oldest input first `[E][l_cache]`.
+    pub kernel: Vec<f32>,
+    /// `shortconv.out_proj` `[E, E]`.
+    pub out: TensorRef,
 }
 
 /// All weights of a model.
@@ -238,19 +279,15 @@ impl Loader<'_> {
 
     fn layer(&self, c: &ModelConfig, il: usize) -> Result<LayerWeights, ModelError> {
         let n = |s: &str| format!("blk.{il}.{s}");
-        let [wq, wk, wv] = self.qkv(c, il)?;
+        let mixer = if c.is_conv_layer(il) {
+            Mixer::ShortConv(self.shortconv(c, il)?)
+        } else {
+            Mixer::Attention(self.attention(c, il)?)
+        };
         let [w_gate, w_up] = self.gate_up(c, il)?;
         Ok(LayerWeights {
             attn_norm: self.vector(&n("attn_norm.weight"), c.n_embd)?,
-            wq,
-            wk,
-            wv,
-            bq: self.opt_vector(&n("attn_q.bias"), c.q_dim())?,
-            bk: self.opt_vector(&n("attn_k.bias"), c.k_dim())?,
-            bv: self.opt_vector(&n("attn_v.bias"), c.v_dim())?,
-            q_norm: self.required_if(c.qk_norm, &n("attn_q_norm.weight"), c.head_dim)?,
-            k_norm: self.required_if(c.qk_norm, &n("attn_k_norm.weight"), c.head_dim)?,
-            wo: self.matrix(&n("attn_output.weight"), c.n_embd, c.n_head * c.v_head_dim)?,
+            mixer,
             post_attn_norm: self.required_if(
                 c.post_norms,
                 &n("post_attention_norm.weight"),
@@ -261,6 +298,52 @@ impl Loader<'_> {
             w_up,
             w_down: self.matrix(&n("ffn_down.weight"), c.n_embd, c.n_ff)?,
             post_ffn_norm: self.required_if(c.post_norms, &n("post_ffw_norm.weight"), c.n_embd)?,
+        })
+    }
+
+    fn attention(&self, c: &ModelConfig, il: usize) -> Result<AttentionWeights, ModelError> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let [wq, wk, wv] = self.qkv(c, il)?;
+        Ok(AttentionWeights {
+            wq,
+            wk,
+            wv,
+            bq: self.opt_vector(&n("attn_q.bias"), c.q_dim())?,
+            bk: self.opt_vector(&n("attn_k.bias"), c.k_dim())?,
+            bv: self.opt_vector(&n("attn_v.bias"), c.v_dim())?,
+            q_norm: self.required_if(c.qk_norm, &n("attn_q_norm.weight"), c.head_dim)?,
+            k_norm: self.required_if(c.qk_norm, &n("attn_k_norm.weight"), c.head_dim)?,
+            wo: self.matrix(&n("attn_output.weight"), c.n_embd, c.n_head * c.v_head_dim)?,
+        })
+    }
+
+    /// LFM2's `shortconv.in_proj` (split into its three parts), `conv` and `out_proj`.
+    fn shortconv(&self, c: &ModelConfig, il: usize) -> Result<ShortConvWeights, ModelError> {
+        let n = |s: &str| format!("blk.{il}.shortconv.{s}");
+        let e = c.n_embd;
+        let l_cache = c.shortconv.map_or(0, |s| s.l_cache);
+        let in_proj = self.matrix(&n("in_proj.weight"), 3 * e, e)?;
+        let name = n("conv.weight");
+        let t = self.info(&name)?;
+        if t.dims.as_slice() != [l_cache as u64, e as u64] {
+            return Err(ModelError::BadTensor {
+                name,
+                reason: format!("shape {:?}, expected [{l_cache}, {e}]", t.dims),
+            });
+        }
+        let mut kernel = vec![0.0; l_cache * e];
+        statelm_quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut kernel).map_err(
+            |err| ModelError::BadTensor {
+                name: name.clone(),
+                reason: err.to_string(),
+            },
+        )?;
+        Ok(ShortConvWeights {
+            b: in_proj.rows(0, e),
+            c: in_proj.rows(e, e),
+            x: in_proj.rows(2 * e, e),
+            kernel,
+            out: self.matrix(&n("out_proj.weight"), e, e)?,
         })
     }
 }
@@ -286,7 +369,7 @@ impl Weights {
         let weights = Weights {
             token_embd,
             layers,
-            output_norm: l.vector("output_norm.weight", config.n_embd)?,
+            output_norm: l.vector(config.output_norm, config.n_embd)?,
             output,
             tied_output,
         };
@@ -304,10 +387,9 @@ impl Weights {
             .layers
             .iter()
             .map(|l| {
-                [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
-                    .iter()
-                    .map(TensorRef::n_bytes)
-                    .sum::<usize>()
+                let mut m = l.mixer.matrices();
+                m.extend([l.w_gate, l.w_up, l.w_down]);
+                m.iter().map(TensorRef::n_bytes).sum::<usize>()
             })
             .sum();
         layer + self.output.n_bytes()

@@ -318,3 +318,35 @@ fn qwen_requantized_matches_llama_cpp() {
         false,
     );
 }
+
+/// Every architecture quantizes to Q4_K_M and still computes nearly what its f32 file does:
+/// fused tensors (Phi-3) are quantized whole, LFM2's convolution kernels stay f32 (llama.cpp
+/// reads them as f32 only).
+#[test]
+fn every_architecture_quantizes_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in Arch::ALL {
+        let src = dir.path().join(format!("{}-f32.gguf", arch.name()));
+        let spec = SyntheticSpec {
+            weight_type: GgmlType::F32,
+            ..SyntheticSpec::tiny(arch)
+        };
+        write_synthetic_model(&src, &spec).unwrap();
+        let out = dir.path().join(format!("{}-q4_k_m.gguf", arch.name()));
+        quantize_file(&src, &out, &QuantizeOptions::new(QuantTarget::Q4KM)).unwrap();
+        for t in GgufFile::open(&out).unwrap().tensors() {
+            if t.name.ends_with("shortconv.conv.weight") {
+                assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
+            }
+        }
+        let opts = LoadOptions::default();
+        let prompt: Vec<u32> = (0..12).map(|i| 260 + (i * 7) % 50).collect();
+        let want = Model::load(&src, &opts).unwrap();
+        let got = Model::load(&out, &opts).unwrap();
+        let a = want.forward_stateless(&prompt).unwrap();
+        let b = got.forward_stateless(&prompt).unwrap();
+        let cos = cosine(a.last(), b.last());
+        eprintln!("{}: q4_k_m logits cosine {cos:.4}", arch.name());
+        assert!(cos > 0.97, "{}: cosine {cos}", arch.name());
+    }
+}

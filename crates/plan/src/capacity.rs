@@ -241,20 +241,28 @@ fn sketch_from_tensors(
             .map(|t| t.2)
             .ok_or_else(|| ModelError::MissingTensor(n.to_string()))
     };
-    let names = [
-        "attn_q",
-        "attn_k",
-        "attn_v",
-        "attn_output",
-        "ffn_gate",
-        "ffn_up",
-        "ffn_down",
+    // Each product's tensor, or where an architecture keeps it: Phi-3's fused `attn_qkv` and
+    // gate-up `ffn_up`, LFM2's convolution layers' `in_proj` and `out_proj`.
+    let names: [&[&str]; 7] = [
+        &["attn_q", "attn_qkv", "shortconv.in_proj"],
+        &["attn_k", "attn_qkv", "shortconv.in_proj"],
+        &["attn_v", "attn_qkv", "shortconv.in_proj"],
+        &["attn_output", "shortconv.out_proj"],
+        &["ffn_gate", "ffn_up"],
+        &["ffn_up"],
+        &["ffn_down"],
     ];
     let mut layer_types = Vec::with_capacity(config.n_layer);
     for il in 0..config.n_layer {
         let mut types = [GgmlType::F32; 7];
-        for (slot, n) in types.iter_mut().zip(names) {
-            *slot = type_of(&format!("blk.{il}.{n}.weight"))?;
+        for (slot, alternatives) in types.iter_mut().zip(names) {
+            let found = alternatives
+                .iter()
+                .find_map(|n| type_of(&format!("blk.{il}.{n}.weight")).ok());
+            *slot = match found {
+                Some(ty) => ty,
+                None => type_of(&format!("blk.{il}.{}.weight", alternatives[0]))?,
+            };
         }
         layer_types.push(types);
     }
@@ -402,7 +410,9 @@ fn acts_bytes(s: &ModelSketch, n: usize, logit_rows: usize) -> usize {
 pub fn plan(sketch: &ModelSketch, opts: &PlanOptions) -> Footprint {
     let c = &sketch.config;
     let per_cell = statelm_model::kv::cell_bytes(c, opts.kv_type);
-    let n_global = (0..c.n_layer).filter(|&il| !c.is_swa_layer(il)).count() as u64;
+    let n_global = (0..c.n_layer)
+        .filter(|&il| !c.is_swa_layer(il) && !c.is_conv_layer(il))
+        .count() as u64;
     let weights_total = sketch.weights_total();
     let kv_at_context = kv_bytes(c, opts.kv_type, opts.context, opts.ubatch, opts.context);
     let scratch = scratch_bytes(sketch, opts);
@@ -587,12 +597,15 @@ fn typical_config(params: u64) -> (ModelConfig, String) {
     let n_head_kv = ((kv_dim / head_dim as f64).round() as usize).max(1);
     let n_embd = ((mix(a.n_embd, b.n_embd) / 64.0).round() as usize).max(1) * 64;
     let n_head = (n_embd / head_dim).div_ceil(n_head_kv).max(1) * n_head_kv;
+    let n_layer = mix(a.n_layer, b.n_layer).round() as usize;
     let config = ModelConfig {
         arch: Arch::Llama,
         n_embd,
-        n_layer: mix(a.n_layer, b.n_layer).round() as usize,
+        n_layer,
         n_head,
         n_head_kv,
+        attention_layers: vec![true; n_layer],
+        shortconv: None,
         head_dim,
         v_head_dim: head_dim,
         n_ff: ((mix(a.n_ff, b.n_ff) / 256.0).round() as usize).max(1) * 256,
@@ -625,6 +638,7 @@ fn typical_config(params: u64) -> (ModelConfig, String) {
         residual_scale: None,
         logit_scale: None,
         final_logit_softcap: None,
+        output_norm: "output_norm.weight",
     };
     let basis = if t == 0.0 || t == 1.0 {
         format!("shape of {}", if t == 0.0 { a.name } else { b.name })

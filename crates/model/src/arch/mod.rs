@@ -10,6 +10,7 @@
 mod gemma2;
 mod gemma3;
 mod granite;
+mod lfm2;
 mod llama;
 mod mistral3;
 mod phi3;
@@ -45,11 +46,13 @@ pub enum Arch {
     Phi3,
     /// Ministral 3 (dense `mistral3`): llama with YaRN RoPE and attention temperature.
     Mistral3,
+    /// LFM2 / LFM2.5: gated short-convolution layers beside attention layers with q/k norms.
+    Lfm2,
 }
 
 impl Arch {
     /// Every supported architecture, in the order `inspect` and `doctor` list them.
-    pub const ALL: [Arch; 9] = [
+    pub const ALL: [Arch; 10] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -59,6 +62,7 @@ impl Arch {
         Arch::Granite,
         Arch::Phi3,
         Arch::Mistral3,
+        Arch::Lfm2,
     ];
 
     /// Parses `general.architecture`.
@@ -81,6 +85,7 @@ impl Arch {
             Arch::Granite => "granite",
             Arch::Phi3 => "phi3",
             Arch::Mistral3 => "mistral3",
+            Arch::Lfm2 => "lfm2",
         }
     }
 
@@ -101,6 +106,7 @@ impl Arch {
             Arch::Granite => granite::describe(k, c),
             Arch::Phi3 => phi3::describe(k, c),
             Arch::Mistral3 => mistral3::describe(k, c),
+            Arch::Lfm2 => lfm2::describe(k, c),
         }
     }
 }
@@ -159,6 +165,27 @@ impl<'a> Keys<'a> {
     /// A required float key.
     pub(crate) fn req_f32(&self, key: &str) -> Result<f32, ModelError> {
         Ok(self.file.get_f32(&self.mark(key))?)
+    }
+
+    /// An optional integer key that may be one value for all `n_layer` layers or an array of
+    /// them, one per layer.
+    pub(crate) fn per_layer_u32(
+        &self,
+        key: &str,
+        n_layer: usize,
+    ) -> Result<Option<Vec<u32>>, ModelError> {
+        let full = self.mark(key);
+        match self.file.get(&full) {
+            None => Ok(None),
+            Some(statelm_gguf::Value::Array(_)) => {
+                let v = self.file.get_i32_array(&full)?;
+                let counts: Result<Vec<u32>, _> = v.iter().map(|&x| u32::try_from(x)).collect();
+                counts
+                    .map(Some)
+                    .map_err(|_| ModelError::BadConfig(format!("{full}: negative count in {v:?}")))
+            }
+            Some(_) => Ok(Some(vec![self.file.get_u32(&full)?; n_layer])),
+        }
     }
 
     /// An optional string key.

@@ -5,8 +5,8 @@
 //! in file order too, so its "layer" index is the tensor's rank among its kind, not the number in
 //! its name — files converted with lexically sorted names depend on this):
 //!
-//! 1. Tensors with fewer than two dimensions and `*_norm.weight` tensors are kept as they are
-//!    (norms and biases stay F32).
+//! 1. Tensors with fewer than two dimensions, `*_norm.weight` tensors and LFM2's
+//!    `shortconv.conv.weight` kernels are kept as they are (norms, biases and kernels stay F32).
 //! 2. Everything else starts at the target's base type.
 //! 3. The output projection (`output.weight`, or `token_embd.weight` when the embedding is tied)
 //!    gets Q6_K unless the target is Q8_0 (or its rows are not whole blocks of the base type, in
@@ -192,7 +192,12 @@ pub fn choose_types(file: &GgufFile, target: QuantTarget) -> Vec<TensorChoice> {
     tensors
         .iter()
         .map(|t| {
-            let (to, reason) = if t.dims.len() < 2 || t.name.ends_with("_norm.weight") {
+            // LFM2's convolution kernels stay f32, as llama.cpp keeps them (its ssm_conv
+            // reads f32 only; they are a few taps per channel).
+            let kept = t.dims.len() < 2
+                || t.name.ends_with("_norm.weight")
+                || t.name.ends_with("shortconv.conv.weight");
+            let (to, reason) = if kept {
                 (t.ty, Reason::Kept)
             } else {
                 choose_one(&t.name, t.dims[0], target, has_output, &mut c)

@@ -51,13 +51,15 @@ impl SyntheticSpec {
     pub fn tiny(arch: Arch) -> SyntheticSpec {
         let n_layer = match arch {
             Arch::Gemma3 => 6,
-            Arch::Smollm3 | Arch::Gemma2 => 4,
+            Arch::Smollm3 | Arch::Gemma2 | Arch::Lfm2 => 4,
             _ => 2,
         };
         // Phi-3's fused QKV is n_embd wide for the queries: n_head · head_dim = n_embd.
+        // LFM2's attention is n_embd wide too.
         let (n_embd, head_dim) = match arch {
             Arch::Phi3 => (128, 32),
             Arch::Qwen3 => (64, 48),
+            Arch::Lfm2 => (64, 16),
             _ => (64, 32),
         };
         SyntheticSpec {
@@ -78,7 +80,7 @@ impl SyntheticSpec {
                 Arch::Mistral3 => 16,
                 _ => 0,
             },
-            tied_output: matches!(arch, Arch::Gemma3 | Arch::Gemma2),
+            tied_output: matches!(arch, Arch::Gemma3 | Arch::Gemma2 | Arch::Lfm2),
             output_gain: 1.0,
         }
     }
@@ -103,7 +105,7 @@ impl SyntheticSpec {
             output_gain: 4.0,
             seed: 11,
             rope_freqs: matches!(arch, Arch::Llama | Arch::Granite | Arch::Phi3),
-            tied_output: matches!(arch, Arch::Llama | Arch::Gemma3 | Arch::Gemma2),
+            tied_output: matches!(arch, Arch::Llama | Arch::Gemma3 | Arch::Gemma2 | Arch::Lfm2),
             ..SyntheticSpec::tiny(arch)
         }
     }
@@ -221,7 +223,12 @@ pub fn write_synthetic_model_with(
     let ty = s.weight_type;
     let e = s.n_embd;
     matrix(&mut w, &mut rng, "token_embd.weight", n_vocab, e, ty)?;
-    vector(&mut w, &mut rng, "output_norm.weight", e, 1.0)?;
+    let output_norm = if s.arch == Arch::Lfm2 {
+        "token_embd_norm.weight"
+    } else {
+        "output_norm.weight"
+    };
+    vector(&mut w, &mut rng, output_norm, e, 1.0)?;
     if !s.tied_output {
         let shape = [n_vocab, e];
         matrix_gain(&mut w, &mut rng, "output.weight", shape, ty, s.output_gain)?;
@@ -242,6 +249,12 @@ pub fn write_synthetic_model_with(
 }
 
 impl SyntheticSpec {
+    /// Whether layer `il` is one of LFM2's short convolutions (two of every three layers, the
+    /// third attends; every layer attends in the other architectures).
+    pub fn is_conv_layer(&self, il: usize) -> bool {
+        self.arch == Arch::Lfm2 && il % 3 != 2
+    }
+
     fn rope_dims(&self) -> usize {
         if self.rope_dim == 0 {
             self.head_dim
@@ -259,12 +272,14 @@ fn write_layer(
     s: &SyntheticSpec,
     il: usize,
 ) -> Result<(), ModelError> {
-    let (ty, e, ff) = (s.weight_type, s.n_embd, s.n_ff);
+    let (ty, e) = (s.weight_type, s.n_embd);
     let (qd, kd) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     let n = |t: &str| format!("blk.{il}.{t}");
-    let phi3 = s.arch == Arch::Phi3;
     vector(w, rng, &n("attn_norm.weight"), e, 1.0)?;
-    if phi3 {
+    if s.is_conv_layer(il) {
+        return write_conv_layer(w, rng, s, il);
+    }
+    if s.arch == Arch::Phi3 {
         matrix(w, rng, &n("attn_qkv.weight"), qd + 2 * kd, e, ty)?;
     } else {
         matrix(w, rng, &n("attn_q.weight"), qd, e, ty)?;
@@ -272,20 +287,13 @@ fn write_layer(
         matrix(w, rng, &n("attn_v.weight"), kd, e, ty)?;
     }
     matrix(w, rng, &n("attn_output.weight"), e, qd, ty)?;
-    vector(w, rng, &n("ffn_norm.weight"), e, 1.0)?;
-    if phi3 {
-        matrix(w, rng, &n("ffn_up.weight"), 2 * ff, e, ty)?;
-    } else {
-        matrix(w, rng, &n("ffn_gate.weight"), ff, e, ty)?;
-        matrix(w, rng, &n("ffn_up.weight"), ff, e, ty)?;
-    }
-    matrix(w, rng, &n("ffn_down.weight"), e, ff, ty)?;
+    write_ffn(w, rng, s, il)?;
     if s.arch == Arch::Qwen2 {
         vector(w, rng, &n("attn_q.bias"), qd, 0.0)?;
         vector(w, rng, &n("attn_k.bias"), kd, 0.0)?;
         vector(w, rng, &n("attn_v.bias"), kd, 0.0)?;
     }
-    if matches!(s.arch, Arch::Gemma3 | Arch::Qwen3) {
+    if matches!(s.arch, Arch::Gemma3 | Arch::Qwen3 | Arch::Lfm2) {
         vector(w, rng, &n("attn_q_norm.weight"), s.head_dim, 1.0)?;
         vector(w, rng, &n("attn_k_norm.weight"), s.head_dim, 1.0)?;
     }
@@ -295,6 +303,48 @@ fn write_layer(
     }
     Ok(())
 }
+
+/// LFM2's short-convolution block (after its `attn_norm`): `in_proj` (b, c, x), the kernel of
+/// `L_CACHE` taps per channel, `out_proj`, and the FFN every layer has.
+fn write_conv_layer(
+    w: &mut GgufWriter,
+    rng: &mut Rng,
+    s: &SyntheticSpec,
+    il: usize,
+) -> Result<(), ModelError> {
+    let (ty, e) = (s.weight_type, s.n_embd);
+    let n = |t: &str| format!("blk.{il}.{t}");
+    matrix(w, rng, &n("shortconv.in_proj.weight"), 3 * e, e, ty)?;
+    let kernel: Vec<u8> = (0..L_CACHE * e)
+        .flat_map(|_| (0.5 * rng.next()).to_le_bytes())
+        .collect();
+    let dims = [L_CACHE as u64, e as u64];
+    w.add_tensor(n("shortconv.conv.weight"), &dims, GgmlType::F32, kernel)?;
+    matrix(w, rng, &n("shortconv.out_proj.weight"), e, e, ty)?;
+    write_ffn(w, rng, s, il)
+}
+
+/// The FFN's norm and matrices (Phi-3's gate and up fused in one `ffn_up`).
+fn write_ffn(
+    w: &mut GgufWriter,
+    rng: &mut Rng,
+    s: &SyntheticSpec,
+    il: usize,
+) -> Result<(), ModelError> {
+    let (ty, e, ff) = (s.weight_type, s.n_embd, s.n_ff);
+    let n = |t: &str| format!("blk.{il}.{t}");
+    vector(w, rng, &n("ffn_norm.weight"), e, 1.0)?;
+    if s.arch == Arch::Phi3 {
+        matrix(w, rng, &n("ffn_up.weight"), 2 * ff, e, ty)?;
+    } else {
+        matrix(w, rng, &n("ffn_gate.weight"), ff, e, ty)?;
+        matrix(w, rng, &n("ffn_up.weight"), ff, e, ty)?;
+    }
+    matrix(w, rng, &n("ffn_down.weight"), e, ff, ty)
+}
+
+/// LFM2's `shortconv.l_cache` in synthetic files (the released models' value).
+const L_CACHE: usize = 3;
 
 /// The model's metadata and its toy vocabulary; returns the vocabulary's size.
 fn write_metadata(w: &mut GgufWriter, s: &SyntheticSpec) -> usize {
@@ -315,8 +365,11 @@ fn write_metadata(w: &mut GgufWriter, s: &SyntheticSpec) -> usize {
         ("attention.value_length", s.head_dim),
         ("context_length", 4096),
     ];
+    // LFM2 gives one count per layer (written below); the others' keys keep their order.
+    let per_layer = s.arch == Arch::Lfm2;
     for (key, v) in u32s
         .into_iter()
+        .filter(|(key, _)| !(per_layer && *key == "attention.head_count_kv"))
         .chain(s.sliding_window.map(|v| ("attention.sliding_window", v)))
         .chain((s.rope_dim != 0).then_some(("rope.dimension_count", s.rope_dim)))
         .chain(
@@ -324,6 +377,20 @@ fn write_metadata(w: &mut GgufWriter, s: &SyntheticSpec) -> usize {
         )
     {
         w.set(format!("{a}.{key}"), Value::U32(v as u32));
+    }
+    if s.arch == Arch::Lfm2 {
+        let per_layer = (0..s.n_layer)
+            .map(|il| {
+                if s.is_conv_layer(il) {
+                    0
+                } else {
+                    s.n_head_kv as i32
+                }
+            })
+            .collect();
+        let key = format!("{a}.attention.head_count_kv");
+        w.set(key, Value::Array(Array::I32(per_layer)));
+        w.set(format!("{a}.shortconv.l_cache"), Value::U32(L_CACHE as u32));
     }
     w.set(
         format!("{a}.attention.layer_norm_rms_epsilon"),
@@ -406,5 +473,6 @@ pub fn parity_set() -> Vec<(&'static str, SyntheticSpec)> {
             },
         ),
         ("mistral3", p(Arch::Mistral3)),
+        ("lfm2", p(Arch::Lfm2)),
     ]
 }
