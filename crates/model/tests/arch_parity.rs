@@ -138,7 +138,14 @@ fn every_architecture_matches_llama_cpp_on_its_synthetic_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for (name, spec) in parity_set() {
-        let (sha, n_ctx, prompts) = load(name);
+        let (sha, n_ctx, mut prompts) = load(name);
+        // `scripts/cross` runs one prompt per architecture under qemu (the NEON tables).
+        if let Some(n) = std::env::var("STATELM_PARITY_PROMPTS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            prompts.truncate(n.max(1));
+        }
         assert_eq!(n_ctx, PARITY_CTX, "{name}: reference context");
         let path = dir.path().join(format!("{name}.gguf"));
         write_synthetic_model(&path, &spec).unwrap();
