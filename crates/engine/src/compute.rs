@@ -11,6 +11,7 @@ use crate::events::{DoneStats, Event, StopReason, TrimMethod};
 use crate::info::RequestSample;
 use crate::job::{Job, Phase};
 use crate::plan::{plan_reuse, Feed, ReusePlan};
+use crate::reasoning::Route;
 use crate::session::Session;
 use crate::speculate::Speculation;
 use crate::stop::StopOutcome;
@@ -147,6 +148,7 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
     job.history_floor = Some(floor.unwrap_or(0));
     let feed = apply_plan(job, s, core, plan, trim, budget)?;
     job.detok = Some(text::continuation_detokenizer(tok));
+    job.reasoning = crate::reasoning::ReasoningSplit::new(tok, &s.history);
     Ok(Next::Continue(Phase::Prefill(feed)))
 }
 
@@ -426,30 +428,51 @@ fn stream_token(
     tok: &statelm_tokenizer::Tokenizer,
     id: u32,
 ) -> Option<StopReason> {
-    let piece = job
-        .detok
-        .as_mut()
-        .map_or_else(String::new, |d| d.push(tok, id));
+    let route = job.reasoning.route(id);
+    let piece = match route {
+        Route::Marker => String::new(),
+        _ => job
+            .detok
+            .as_mut()
+            .map_or_else(String::new, |d| d.push(tok, id)),
+    };
+    if route != Route::Answer {
+        // Reasoning bypasses the stop strings (they end answers); the limits still hold.
+        if !piece.is_empty() {
+            job.emit(Event::Reasoning { text: piece });
+        }
+        job.emit(Event::Token {
+            id,
+            text: String::new(),
+        });
+        return limit_reached(job, s);
+    }
     match job.stop.push(&piece) {
         StopOutcome::Stopped { emit, stop } => {
             job.emit(Event::Token { id, text: emit });
             Some(StopReason::StopString(stop))
         }
         StopOutcome::Continue { mut emit } => {
-            let looping =
-                job.sampler.params().loop_guard && crate::dry::is_looping(s.recent(job.generated));
-            if looping || job.generated >= job.max_tokens {
+            let limit = limit_reached(job, s);
+            if limit.is_some() {
                 emit.push_str(&flush_text(job));
-                job.emit(Event::Token { id, text: emit });
-                return Some(if looping {
-                    StopReason::Repetition
-                } else {
-                    StopReason::MaxTokens
-                });
             }
             job.emit(Event::Token { id, text: emit });
-            None
+            limit
         }
+    }
+}
+
+/// The loop guard's and `max_tokens`' verdict after a token.
+fn limit_reached(job: &Job, s: &Session) -> Option<StopReason> {
+    let looping =
+        job.sampler.params().loop_guard && crate::dry::is_looping(s.recent(job.generated));
+    if looping {
+        Some(StopReason::Repetition)
+    } else if job.generated >= job.max_tokens {
+        Some(StopReason::MaxTokens)
+    } else {
+        None
     }
 }
 

@@ -39,12 +39,13 @@ impl DoneStats {
 }
 
 impl Event {
-    /// The event's name in JSON: `token`, `text`, `context_trimmed`, `cache_evicted`,
+    /// The event's name in JSON: `token`, `text`, `reasoning`, `context_trimmed`, `cache_evicted`,
     /// `spilled`, `restored`, `resumed`, `done`.
     pub fn name(&self) -> &'static str {
         match self {
             Event::Token { .. } => "token",
             Event::Text { .. } => "text",
+            Event::Reasoning { .. } => "reasoning",
             Event::ContextTrimmed { .. } => "context_trimmed",
             Event::CacheEvicted { .. } => "cache_evicted",
             Event::Spilled { .. } => "spilled",
@@ -59,7 +60,7 @@ impl Event {
     pub fn is_memory(&self) -> bool {
         !matches!(
             self,
-            Event::Token { .. } | Event::Text { .. } | Event::Done(_)
+            Event::Token { .. } | Event::Text { .. } | Event::Reasoning { .. } | Event::Done(_)
         )
     }
 
@@ -67,7 +68,7 @@ impl Event {
     pub fn to_json(&self) -> Value {
         let mut v = match self {
             Event::Token { id, text } => json!({"id": id, "text": text}),
-            Event::Text { text } => json!({"text": text}),
+            Event::Text { text } | Event::Reasoning { text } => json!({"text": text}),
             Event::ContextTrimmed {
                 dropped,
                 kept,

@@ -116,6 +116,12 @@ pub enum Event {
         /// The released text.
         text: String,
     },
+    /// Reasoning text: what a thinking model released inside a `<think>…</think>` block, apart
+    /// from the answer (the [`Event::Token`] of the same token follows, with no text).
+    Reasoning {
+        /// The released reasoning text.
+        text: String,
+    },
     /// Tokens were dropped from the middle of the context (token budget or memory pressure).
     ContextTrimmed {
         /// Tokens dropped.

@@ -53,6 +53,8 @@ pub(crate) struct Job {
     /// Holds back text that could become a stop string.
     pub stop: StopMatcher,
     /// Turns tokens into text.
+    /// Where thinking blocks start and end (set with the prompt).
+    pub reasoning: crate::reasoning::ReasoningSplit,
     pub detok: Option<StreamingDetokenizer>,
     /// Token limit.
     pub max_tokens: usize,
@@ -109,6 +111,7 @@ impl Job {
             sampler: Sampler::with_breakers(req.sampling, breakers),
             stop: StopMatcher::new(&req.stop),
             detok: None,
+            reasoning: crate::reasoning::ReasoningSplit::default(),
             max_tokens: req.max_tokens,
             generated: 0,
             prompt_tokens: 0,

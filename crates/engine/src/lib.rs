@@ -62,6 +62,7 @@ pub mod lookup;
 mod plan;
 mod pool;
 mod pressure;
+mod reasoning;
 mod request;
 pub mod rng;
 pub mod sampling;

@@ -257,6 +257,13 @@ typedef enum StatelmEventKind {
    * recomputed by this generation).
    */
   STATELM_EVENT_KIND_RESUMED = 9,
+  /**
+   * Reasoning text: what a thinking model (Qwen3, SmolLM3) released inside a
+   * `<think>…</think>` block, in `text`, apart from the answer. The TOKEN event of the same
+   * token follows with no text. Show it apart (dimmed, folded) or drop it; it is not part
+   * of the answer.
+   */
+  STATELM_EVENT_KIND_REASONING = 10,
 } StatelmEventKind;
 
 /**

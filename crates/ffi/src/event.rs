@@ -43,6 +43,11 @@ pub enum StatelmEventKind {
     /// log), `restored_tokens` (KV read from the snapshot) and `reprefilled_tokens` (the rest,
     /// recomputed by this generation).
     Resumed = 9,
+    /// Reasoning text: what a thinking model (Qwen3, SmolLM3) released inside a
+    /// `<think>…</think>` block, in `text`, apart from the answer. The TOKEN event of the same
+    /// token follows with no text. Show it apart (dimmed, folded) or drop it; it is not part
+    /// of the answer.
+    Reasoning = 10,
 }
 
 /// Why a generation ended (DONE events).
@@ -185,6 +190,7 @@ impl OwnedEvent {
                 e
             }
             Event::Text { text } => e.with_text(&text).of(K::Text),
+            Event::Reasoning { text } => e.with_text(&text).of(K::Reasoning),
             Event::ContextTrimmed { reason, .. } => e.with_text(&reason).of(K::ContextTrimmed),
             Event::CacheEvicted { reason } => e.with_text(&reason).of(K::Evicted),
             Event::Spilled { reason } => e.with_text(&reason).of(K::Spilled),

@@ -117,6 +117,17 @@ impl Shape {
         self.chunk(json!([self.choice(Some(text), false, None)]))
     }
 
+    /// A chunk of reasoning text (a thinking block): `reasoning_content` in the delta (chat)
+    /// or the choice (completions), as llama-server streams it.
+    pub fn reasoning_chunk(&self, text: &str) -> Value {
+        let mut choice = self.choice(None, false, None);
+        match self.kind {
+            Kind::Chat => choice["delta"]["reasoning_content"] = json!(text),
+            Kind::Completion => choice["reasoning_content"] = json!(text),
+        }
+        self.chunk(json!([choice]))
+    }
+
     /// The chunk that ends the choice.
     pub fn finish_chunk(&self, finish: &str) -> Value {
         self.chunk(json!([self.choice(None, false, Some(finish))]))
@@ -137,10 +148,12 @@ impl Shape {
         c
     }
 
-    /// A whole (non-streaming) reply.
-    pub fn response(&self, text: &str, d: &DoneStats, events: &[Value]) -> Value {
+    /// A whole (non-streaming) reply: the answer, and the thinking blocks' text as
+    /// `reasoning_content` when there was any.
+    pub fn response(&self, text: (&str, &str), d: &DoneStats, events: &[Value]) -> Value {
+        let (text, reasoning) = text;
         let reason = finish_reason(&d.stop_reason);
-        let (object, choice) = match self.kind {
+        let (object, mut choice) = match self.kind {
             Kind::Chat => (
                 "chat.completion",
                 json!({"index": 0, "message": {"role": "assistant", "content": text},
@@ -151,6 +164,12 @@ impl Shape {
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": reason}),
             ),
         };
+        if !reasoning.is_empty() {
+            match self.kind {
+                Kind::Chat => choice["message"]["reasoning_content"] = json!(reasoning),
+                Kind::Completion => choice["reasoning_content"] = json!(reasoning),
+            }
+        }
         json!({
             "id": self.id, "object": object, "created": self.created, "model": self.model,
             "choices": [choice], "usage": usage(d), "statelm": statelm_summary(d, events),
@@ -210,6 +229,25 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_is_reasoning_content() {
+        let s = shape(Kind::Chat);
+        let c = s.reasoning_chunk("hmm");
+        assert_eq!(
+            c["choices"][0]["delta"],
+            json!({"reasoning_content": "hmm"})
+        );
+        let r = s.response(("42", "hmm"), &done(), &[]);
+        assert_eq!(r["choices"][0]["message"]["content"], "42");
+        assert_eq!(r["choices"][0]["message"]["reasoning_content"], "hmm");
+        let plain = s.response(("42", ""), &done(), &[]);
+        assert!(plain["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none());
+        let c = shape(Kind::Completion).reasoning_chunk("hmm");
+        assert_eq!(c["choices"][0]["reasoning_content"], "hmm");
+    }
+
+    #[test]
     fn events_and_usage() {
         let ev = Event::ContextTrimmed {
             dropped: 7,
@@ -223,7 +261,7 @@ mod tests {
         assert_eq!(c["statelm"]["event"], "context_trimmed");
         assert_eq!(c["choices"][0]["text"], "");
         assert!(event_json(&Event::Text { text: "x".into() }).is_none());
-        let r = shape(Kind::Chat).response("hey", &done(), &[]);
+        let r = shape(Kind::Chat).response(("hey", ""), &done(), &[]);
         assert_eq!(r["usage"]["total_tokens"], 13);
         assert_eq!(r["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
         assert_eq!(r["choices"][0]["message"]["content"], "hey");

@@ -42,6 +42,8 @@ pub(crate) fn time_limit_event(limit: Duration) -> Value {
 pub(crate) enum Item {
     /// Generated text (may be empty).
     Text(String),
+    /// Reasoning text (a thinking block; `reasoning_content`).
+    Reasoning(String),
     /// A memory event, as JSON.
     Memory(Value),
     /// The end.
@@ -55,6 +57,7 @@ pub(crate) fn classify(ev: Event) -> Option<Item> {
     }
     match ev {
         Event::Token { text, .. } | Event::Text { text } => Some(Item::Text(text)),
+        Event::Reasoning { text } => Some(Item::Reasoning(text)),
         Event::Done(d) => Some(Item::Done(d)),
         _ => None,
     }
@@ -111,6 +114,8 @@ pub(crate) async fn start(
 #[derive(Debug)]
 pub(crate) struct Collected {
     pub text: String,
+    /// The thinking blocks' text (`reasoning_content`).
+    pub reasoning: String,
     pub events: Vec<Value>,
     pub done: DoneStats,
 }
@@ -136,7 +141,7 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Fai
     let mut abort = app.abort.subscribe();
     let mut aborting = false;
     let mut timed_out = false;
-    let mut text = String::new();
+    let (mut text, mut reasoning) = (String::new(), String::new());
     let mut events = Vec::new();
     let mut next = Some(Ok(first));
     loop {
@@ -163,8 +168,16 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Fai
             Some(Ok(ev)) => {
                 match classify(ev) {
                     Some(Item::Text(t)) => text.push_str(&t),
+                    Some(Item::Reasoning(t)) => reasoning.push_str(&t),
                     Some(Item::Memory(v)) => events.push(v),
-                    Some(Item::Done(done)) => return Ok(Collected { text, events, done }),
+                    Some(Item::Done(done)) => {
+                        return Ok(Collected {
+                            text,
+                            reasoning,
+                            events,
+                            done,
+                        })
+                    }
                     None => {}
                 }
                 continue;

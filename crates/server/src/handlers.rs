@@ -251,7 +251,7 @@ async fn respond(
         // The memory notices it carried go out with the error: none is lost.
         Err(f) => return Ok(f.error.into_response_with_events(&f.events)),
     };
-    let body = shape.response(&c.text, &c.done, &c.events);
+    let body = shape.response((&c.text, &c.reasoning), &c.done, &c.events);
     let mut resp = Json(body).into_response();
     add_event_header(&mut resp, &c.events);
     Ok(resp)

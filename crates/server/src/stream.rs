@@ -72,6 +72,7 @@ async fn forward(
 ) -> Flow {
     let ok = match classify(ev) {
         Some(Item::Text(t)) if !t.is_empty() => send(tx, &shape.text_chunk(&t)).await,
+        Some(Item::Reasoning(t)) if !t.is_empty() => send(tx, &shape.reasoning_chunk(&t)).await,
         Some(Item::Memory(v)) => {
             let ok = send(tx, &shape.event_chunk(v.clone())).await;
             events.push(v);

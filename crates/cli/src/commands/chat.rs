@@ -97,6 +97,9 @@ pub struct ChatArgs {
     /// Resume the durable conversation NAME from DIR (an error if there is none).
     #[arg(long, value_name = "NAME", requires = "session_dir")]
     resume: Option<String>,
+    /// Hide a thinking model's reasoning (its `<think>` blocks; shown dimmed by default).
+    #[arg(long)]
+    hide_thinking: bool,
 }
 
 impl ChatArgs {
@@ -366,6 +369,18 @@ impl<'a> Repl<'a> {
                     out.flush()?;
                     line_open |= !t.is_empty();
                     answer.push_str(&t);
+                }
+                Event::Reasoning { text } if !self.args.hide_thinking => {
+                    // Dimmed on a terminal; never part of the answer (nor of its history).
+                    let tty = std::io::IsTerminal::is_terminal(&out);
+                    let shown = if tty {
+                        format!("\x1b[2m{text}\x1b[0m")
+                    } else {
+                        text
+                    };
+                    out.write_all(shown.as_bytes())?;
+                    out.flush()?;
+                    line_open = true;
                 }
                 Event::Done(d) => break d,
                 other => {
