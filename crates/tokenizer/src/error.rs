@@ -12,7 +12,7 @@ pub enum TokenizerError {
     UnsupportedModel(String),
     /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not implement.
     #[error(
-        "unsupported pre-tokenizer `{0}` (supported: qwen2, llama3/llama-bpe, gpt2/gpt-2, smollm, default)"
+        "unsupported pre-tokenizer `{0}` (supported: qwen2, llama3/llama-bpe, gpt2/gpt-2, smollm, gpt-4o, tekken, default)"
     )]
     UnsupportedPreTokenizer(String),
     /// The vocabulary metadata is inconsistent (sizes, ids, duplicates...).

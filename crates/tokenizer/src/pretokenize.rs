@@ -5,20 +5,26 @@
 //!
 //! * `qwen2`: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
 //!   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+` (backtracking regex
-//!   semantics; llama.cpp runs it through `std::regex` on category-collapsed
-//!   text, so unassigned code points count as "other");
-//! * `llama3`: the same with `\p{N}{1,3}` (llama.cpp's hand-written splitter,
-//!   where unassigned code points match no class);
+//!   semantics);
+//! * `llama3`: the same with `\p{N}{1,3}`;
 //! * `gpt2`: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`;
+//! * `gpt-4o` and `tekken`: case-aware words (see [`cased`]);
 //! * `default`: llama.cpp's fallback chain of four splits (punctuation runs,
 //!   the gpt2 split, number runs, groups of three ASCII digits).
 //!
 //! Character classes follow Unicode general categories: letters are `L*`,
-//! numbers `N*`, whitespace is the `White_Space` property (checked first).
+//! numbers `N*`, whitespace is the `White_Space` property (checked first); everything
+//! else, unassigned code points included, is a symbol, as in llama.cpp 0.3.36 (whose
+//! `UNDEFINED` flag makes them symbols in its hand-written splitters too).
+//!
+//! `tests/pretypes.rs` checks every name against llama.cpp's own splits, recorded on a
+//! vocabulary in which each word is one token (`tools/parity/pretok_reference.py`).
 
 use unicode_general_category::{get_general_category, GeneralCategory as G};
 
 use crate::error::TokenizerError;
+
+mod cased;
 
 /// The word splitter of a byte-level BPE vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +37,10 @@ pub enum PreTokenizer {
     Qwen2,
     /// SmolLM's: every digit alone, then GPT-2's split between them.
     Smollm,
+    /// GPT-4o's case-aware split (numbers in groups of up to three digits).
+    Gpt4o,
+    /// Mistral's Tekken split: GPT-4o's without contractions, single digits.
+    Tekken,
     /// llama.cpp's default chain for BPE vocabularies without a known name.
     Default,
 }
@@ -64,6 +74,8 @@ impl PreConfig {
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" | "stablelm2"
             | "hunyuan" | "solar-open" | "grok-2" => cfg(PreTokenizer::Qwen2, false, false),
             "smollm" => cfg(PreTokenizer::Smollm, false, false),
+            "gpt-4o" | "llama4" => cfg(PreTokenizer::Gpt4o, false, false),
+            "tekken" => cfg(PreTokenizer::Tekken, true, true),
             other => return Err(TokenizerError::UnsupportedPreTokenizer(other.to_string())),
         })
     }
@@ -75,9 +87,9 @@ pub(crate) enum Class {
     Letter,
     Number,
     Space,
+    /// Everything else, unassigned code points included (llama.cpp gives them the
+    /// `UNDEFINED` flag, which its splitters treat as a symbol).
     Other,
-    /// Unassigned code point (llama.cpp's "undefined" flags).
-    Undefined,
 }
 
 const fn ascii_classes() -> [Class; 128] {
@@ -117,7 +129,6 @@ pub(crate) fn class(c: char) -> Class {
         | G::ModifierLetter
         | G::OtherLetter => Class::Letter,
         G::DecimalNumber | G::LetterNumber | G::OtherNumber => Class::Number,
-        G::Unassigned => Class::Undefined,
         _ => Class::Other,
     }
 }
@@ -174,10 +185,20 @@ impl PreTokenizer {
     pub fn split(self, text: &str, out: &mut Vec<(usize, usize)>) {
         match self {
             PreTokenizer::Gpt2 => split_gpt2(text, 0, out),
-            PreTokenizer::Llama3 => split_llama3_like(text, 3, false, out),
-            PreTokenizer::Qwen2 => split_llama3_like(text, 1, true, out),
+            PreTokenizer::Llama3 => split_llama3_like(text, 3, out),
+            PreTokenizer::Qwen2 => split_llama3_like(text, 1, out),
             PreTokenizer::Default => split_default(text, out),
             PreTokenizer::Smollm => split_smollm(text, out),
+            PreTokenizer::Gpt4o => cased::Cased {
+                max_digits: 3,
+                contractions: true,
+            }
+            .split(text, out),
+            PreTokenizer::Tekken => cased::Cased {
+                max_digits: 1,
+                contractions: false,
+            }
+            .split(text, out),
         }
     }
 }
@@ -260,16 +281,9 @@ fn whitespace_end(seg: &Seg<'_>, i: usize, newlines: bool) -> Option<usize> {
     Some(j)
 }
 
-/// The qwen2 / llama3 split. `max_digits` is 1 (qwen2) or 3 (llama3);
-/// `undefined_is_other` makes unassigned code points behave like symbols.
-fn split_llama3_like(
-    text: &str,
-    max_digits: usize,
-    undefined_is_other: bool,
-    out: &mut Vec<(usize, usize)>,
-) {
+/// The qwen2 / llama3 split. `max_digits` is 1 (qwen2) or 3 (llama3).
+fn split_llama3_like(text: &str, max_digits: usize, out: &mut Vec<(usize, usize)>) {
     let seg = Seg { s: text };
-    let other = |c: Class| c == Class::Other || (undefined_is_other && c == Class::Undefined);
     let mut i = 0;
     while let Some(c) = seg.at(i) {
         let cl = class(c);
@@ -293,7 +307,7 @@ fn split_llama3_like(
                 }
             }
             j
-        } else if let Some(j) = punct_run(&seg, i, c, cl, undefined_is_other, &other) {
+        } else if let Some(j) = punct_run(&seg, i, c, cl) {
             // ?[^\s\p{L}\p{N}]+[\r\n]*
             let mut j = j;
             while let Some(n @ ('\r' | '\n')) = seg.at(j) {
@@ -311,14 +325,7 @@ fn split_llama3_like(
 }
 
 /// ` ?[^\s\p{L}\p{N}]+` at `i`: the end of the run, if it matches.
-fn punct_run(
-    seg: &Seg<'_>,
-    i: usize,
-    c: char,
-    cl: Class,
-    undefined_is_other: bool,
-    other: &impl Fn(Class) -> bool,
-) -> Option<usize> {
+fn punct_run(seg: &Seg<'_>, i: usize, c: char, cl: Class) -> Option<usize> {
     let (start, first) = if c == ' ' {
         let n = seg.next(i);
         (n, seg.class_at(n))
@@ -326,12 +333,7 @@ fn punct_run(
         (i, Some(cl))
     };
     match first {
-        Some(k) if other(k) => Some(seg.skip(start, other)),
-        // llama.cpp's splitter quirk: " " before an unassigned code point or
-        // at the end of the segment is a word of its own.
-        Some(Class::Undefined) | None if c == ' ' && !undefined_is_other && start > i => {
-            Some(start)
-        }
+        Some(Class::Other) => Some(seg.skip(start, |k| k == Class::Other)),
         _ => None,
     }
 }
@@ -491,6 +493,9 @@ mod tests {
             PreTokenizer::Gpt2,
             PreTokenizer::Llama3,
             PreTokenizer::Qwen2,
+            PreTokenizer::Smollm,
+            PreTokenizer::Gpt4o,
+            PreTokenizer::Tekken,
             PreTokenizer::Default,
         ] {
             let t = "a\u{378}b \u{378} 😀\u{2028}x  \r\n 9½ '";
