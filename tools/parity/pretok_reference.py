@@ -12,6 +12,7 @@ same ranks) and compares statelm's ids with these.
 """
 
 import json
+import os
 import random
 import sys
 import tempfile
@@ -122,17 +123,18 @@ def main():
     out = sys.argv[1]
     texts = TEXTS + random_texts(200)
     tokens, merges = substring_vocab(texts)
-    path = tempfile.mktemp(suffix=".gguf")
-    write_vocab(path, tokens, merges)
     rows = []
-    for pre in PRES:
-        m = llama_cpp.Llama(
-            path, vocab_only=True, verbose=False, kv_overrides={"tokenizer.ggml.pre": pre}
-        )
-        for text in texts:
-            ids = m.tokenize(text.encode(), add_bos=False, special=False)
-            rows.append({"pre": pre, "text": text, "ids": ids})
-        del m
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "vocab.gguf")
+        write_vocab(path, tokens, merges)
+        for pre in PRES:
+            m = llama_cpp.Llama(
+                path, vocab_only=True, verbose=False, kv_overrides={"tokenizer.ggml.pre": pre}
+            )
+            for text in texts:
+                ids = m.tokenize(text.encode(), add_bos=False, special=False)
+                rows.append({"pre": pre, "text": text, "ids": ids})
+            del m
     head = {
         "source": f"llama-cpp-python {llama_cpp.__version__} (tools/parity/pretok_reference.py)",
         "vocab": f"256 bytes + {len(tokens) - 256} substrings of the texts (<= {MAX_LEN}), "

@@ -19,6 +19,19 @@ pub(crate) fn non_negative(s: &str) -> Result<f32, String> {
 }
 
 /// A tokio runtime for a command (the engine computes on its own thread).
+/// Parses `--chat-template-kwargs`: a JSON object of chat template variables.
+pub(crate) fn template_kwargs(s: &str) -> Result<statelm_engine::TemplateVars, String> {
+    let vars: statelm_engine::TemplateVars = serde_json::from_str(s).map_err(|e| {
+        format!("expected a JSON object such as '{{\"enable_thinking\": false}}': {e}")
+    })?;
+    match vars.reserved() {
+        Some(name) => Err(format!(
+            "`{name}` is set by statelm and cannot be a template variable"
+        )),
+        None => Ok(vars),
+    }
+}
+
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -428,15 +428,19 @@ fn stream_token(
     tok: &statelm_tokenizer::Tokenizer,
     id: u32,
 ) -> Option<StopReason> {
+    let was_inside = job.reasoning.inside();
     let route = job.reasoning.route(id);
-    let piece = match route {
-        Route::Marker => String::new(),
-        _ => job
-            .detok
-            .as_mut()
-            .map_or_else(String::new, |d| d.push(tok, id)),
+    let piece = match (route, job.detok.as_mut()) {
+        (_, None) => String::new(),
+        // A marker releases what the side it ends still holds (a partial character).
+        (Route::Marker, Some(d)) => d.flush_pending(),
+        (_, Some(d)) => d.push(tok, id),
     };
-    if route != Route::Answer {
+    let to_reasoning = match route {
+        Route::Marker => was_inside,
+        r => r == Route::Reasoning,
+    };
+    if to_reasoning {
         // Reasoning bypasses the stop strings (they end answers); the limits still hold.
         if !piece.is_empty() {
             job.emit(Event::Reasoning { text: piece });
@@ -578,6 +582,16 @@ fn flush_text(job: &mut Job) -> String {
 
 /// Ends the request: trailing text, `Done`, bookkeeping.
 pub(crate) fn finish(job: &mut Job, s: &mut Session, core: &mut Core, reason: StopReason) {
+    if job.reasoning.inside() {
+        // What the detokenizer still holds belongs to the open block.
+        let tail = job
+            .detok
+            .as_mut()
+            .map_or_else(String::new, |d| d.flush_pending());
+        if !tail.is_empty() {
+            job.emit(Event::Reasoning { text: tail });
+        }
+    }
     if !matches!(reason, StopReason::StopString(_)) {
         let text = flush_text(job);
         if !text.is_empty() {

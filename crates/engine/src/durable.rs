@@ -96,6 +96,7 @@ fn meta_of(s: &Session) -> LogMeta {
         token_budget: s.opts.token_budget,
         pinned_prefix: s.opts.pinned_prefix,
         system_prompt: s.opts.system_prompt.clone(),
+        template_vars: s.opts.template_vars.clone(),
     }
 }
 
@@ -197,6 +198,10 @@ impl Actor {
             token_budget: opts.token_budget.or(meta.token_budget),
             pinned_prefix: meta.pinned_prefix.or(opts.pinned_prefix),
             system_prompt: meta.system_prompt.or(opts.system_prompt),
+            template_vars: match meta.template_vars.is_empty() {
+                true => opts.template_vars,
+                false => meta.template_vars,
+            },
         };
         let mut s = self.new_session(opts)?;
         let mut history = contents.history;

@@ -37,6 +37,9 @@ pub(crate) struct LogMeta {
     pub pinned_prefix: Option<usize>,
     /// Its system prompt.
     pub system_prompt: Option<String>,
+    /// Its chat template variables (absent in logs written before they existed).
+    #[serde(default)]
+    pub template_vars: statelm_tokenizer::TemplateVars,
 }
 
 /// What was wrong with the end of a log (the good records before it are kept).

@@ -83,11 +83,11 @@ pub use events::{DoneStats, Event, RequestId, SessionId, StopReason, TrimMethod}
 pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
 pub use pool::{PoolRequest, Target, Tenant};
-pub use request::{Encoded, GenerateRequest, Input, SessionOptions};
+pub use request::{Conversation, Encoded, GenerateRequest, Input, SessionOptions};
 pub use sampling::SamplingParams;
 pub use sampling_check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};
 pub use speculate::MAX_LOOKUP;
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_model::{LoadOptions, Model};
-pub use statelm_tokenizer::ChatMessage;
+pub use statelm_tokenizer::{ChatMessage, TemplateVars};
 pub use tier::{apply_device_tier, device_tier, kv_type_of};

@@ -166,7 +166,7 @@ fn whole_prompt<'a>(
 ) -> Result<&'a [u32], EngineError> {
     if matches!(input, Input::Text(_) | Input::Chat(_)) {
         let taken = std::mem::replace(input, Input::Tokens(Vec::new()));
-        let encoded = Encoded::new(tok, taken, opts.system_prompt.clone())?;
+        let encoded = Encoded::for_session(tok, taken, opts)?;
         *input = Input::Encoded(Box::new(encoded));
     }
     match input {

@@ -43,6 +43,11 @@ impl ReasoningSplit {
         ReasoningSplit { markers, inside }
     }
 
+    /// Whether the generation is inside a block now.
+    pub(crate) fn inside(&self) -> bool {
+        self.inside
+    }
+
     /// Routes the generated token `id`.
     pub(crate) fn route(&mut self, id: u32) -> Route {
         let Some((open, close)) = self.markers else {

@@ -2,7 +2,7 @@
 
 use crate::pool::Target;
 use crate::sampling::SamplingParams;
-use statelm_tokenizer::ChatMessage;
+use statelm_tokenizer::{ChatMessage, TemplateVars};
 
 /// Options of a new session.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,6 +18,29 @@ pub struct SessionOptions {
     /// [`Input::Text`] it is prepended to the text, and for [`Input::Append`] to the first text
     /// of the session. [`Input::Tokens`] ignore it.
     pub system_prompt: Option<String>,
+    /// Variables for the chat template in this session (`chat_template_kwargs`, such as
+    /// `enable_thinking`): every [`Input::Chat`] and [`Input::UserTurn`] is rendered with them,
+    /// under a [`Conversation`]'s own variables.
+    pub template_vars: TemplateVars,
+}
+
+/// A conversation to render with the model's chat template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Conversation {
+    /// The messages, oldest first.
+    pub messages: Vec<ChatMessage>,
+    /// Template variables of this request (`chat_template_kwargs`); they take precedence over
+    /// the session's ([`SessionOptions::template_vars`]).
+    pub vars: TemplateVars,
+}
+
+impl From<Vec<ChatMessage>> for Conversation {
+    fn from(messages: Vec<ChatMessage>) -> Conversation {
+        Conversation {
+            messages,
+            vars: TemplateVars::new(),
+        }
+    }
 }
 
 /// The input of a generation request.
@@ -28,7 +51,7 @@ pub enum Input {
     Text(String),
     /// The full conversation, rendered with the model's chat template (with the generation
     /// prompt). As with `Text`, the matching start is reused: a new turn computes only itself.
-    Chat(Vec<ChatMessage>),
+    Chat(Conversation),
     /// Text appended to what the session holds (its history and the last generation).
     Append(String),
     /// The next user message of the conversation the session holds — the chat turn-diffing
@@ -53,6 +76,7 @@ pub enum Input {
 pub struct Encoded {
     pub(crate) input: Input,
     pub(crate) system_prompt: Option<String>,
+    pub(crate) template_vars: TemplateVars,
     pub(crate) tokens: Vec<u32>,
     pub(crate) pinned: Option<usize>,
 }
@@ -66,19 +90,30 @@ impl Encoded {
         input: Input,
         system_prompt: Option<String>,
     ) -> Result<Encoded, crate::EngineError> {
+        let opts = SessionOptions {
+            system_prompt,
+            ..SessionOptions::default()
+        };
+        Encoded::for_session(tok, input, &opts)
+    }
+
+    /// Tokenizes `input` exactly as the engine would for a new session with options `opts`
+    /// (its system prompt and template variables).
+    pub fn for_session(
+        tok: &statelm_tokenizer::Tokenizer,
+        input: Input,
+        opts: &SessionOptions,
+    ) -> Result<Encoded, crate::EngineError> {
         if !matches!(input, Input::Text(_) | Input::Chat(_)) {
             return Err(crate::EngineError::InvalidRequest(
                 "only text and chat inputs can be encoded ahead".into(),
             ));
         }
-        let opts = SessionOptions {
-            system_prompt: system_prompt.clone(),
-            ..SessionOptions::default()
-        };
-        let t = crate::text::tokenize(tok, &input, &opts, true, tok.vocab_size())?;
+        let t = crate::text::tokenize(tok, &input, opts, true, tok.vocab_size())?;
         Ok(Encoded {
             input,
-            system_prompt,
+            system_prompt: opts.system_prompt.clone(),
+            template_vars: opts.template_vars.clone(),
             tokens: t.prompt.into_tokens(),
             pinned: t.pinned,
         })

@@ -25,6 +25,9 @@ struct Meta {
     token_budget: Option<usize>,
     pinned_prefix: Option<usize>,
     system_prompt: Option<String>,
+    /// The session's chat template variables (absent in files written before they existed).
+    #[serde(default)]
+    template_vars: statelm_tokenizer::TemplateVars,
 }
 
 fn bad(msg: impl Into<String>) -> EngineError {
@@ -61,6 +64,7 @@ pub(crate) fn encode(s: &Session) -> Result<Vec<u8>, EngineError> {
         token_budget: s.opts.token_budget,
         pinned_prefix: s.opts.pinned_prefix,
         system_prompt: s.opts.system_prompt.clone(),
+        template_vars: s.opts.template_vars.clone(),
     };
     let meta = serde_json::to_vec(&meta).map_err(|e| EngineError::Internal(e.to_string()))?;
     let state = state_bytes(s)?;
@@ -130,6 +134,7 @@ pub(crate) fn decode(bytes: &[u8], model: &Model, id: SessionId) -> Result<Sessi
         token_budget: meta.token_budget,
         pinned_prefix: meta.pinned_prefix,
         system_prompt: meta.system_prompt,
+        template_vars: meta.template_vars,
     };
     let budget = meta.budget.clamp(
         crate::config::MIN_TOKEN_BUDGET,

@@ -5,7 +5,9 @@ use crate::error::EngineError;
 use crate::plan::common_prefix;
 use crate::plan::Prompt;
 use crate::request::{Input, SessionOptions};
-use statelm_tokenizer::{find_turn_starts, ChatMessage, StreamingDetokenizer, Tokenizer};
+use statelm_tokenizer::{
+    find_turn_starts, ChatMessage, StreamingDetokenizer, TemplateVars, Tokenizer,
+};
 
 /// A tokenized request input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +41,14 @@ fn with_system(messages: &[ChatMessage], system: Option<&str>) -> Vec<ChatMessag
     out
 }
 
+/// The session's template variables with the request's over them.
+fn merged(session: &TemplateVars, request: &TemplateVars) -> TemplateVars {
+    let mut vars = session.clone();
+    vars.0
+        .extend(request.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+    vars
+}
+
 /// Tokenizes `input` for a session with options `opts` whose history is empty or not.
 pub(crate) fn tokenize(
     tok: &Tokenizer,
@@ -58,10 +68,11 @@ pub(crate) fn tokenize(
                 pinned,
             })
         }
-        Input::Chat(messages) => {
-            let conv = with_system(messages, system);
+        Input::Chat(c) => {
+            let conv = with_system(&c.messages, system);
+            let vars = merged(&opts.template_vars, &c.vars);
             // Message contents are text: only the template's markers are control tokens.
-            let ids = tok.encode_chat(&conv, true)?;
+            let ids = tok.encode_chat_with(&conv, true, &vars)?;
             let pinned = match conv.first() {
                 Some(m) if m.role == "system" => tok
                     .system_prefix(&m.content)
@@ -86,11 +97,11 @@ pub(crate) fn tokenize(
             })
         }
         Input::UserTurn(text) if history_empty => {
-            let first = Input::Chat(vec![ChatMessage::new("user", text.clone())]);
+            let first = Input::Chat(vec![ChatMessage::new("user", text.clone())].into());
             tokenize(tok, &first, opts, true, n_vocab)
         }
         Input::UserTurn(text) => {
-            let turns = tok.turn_texts().ok_or_else(|| {
+            let turns = tok.turn_texts_with(&opts.template_vars).ok_or_else(|| {
                 EngineError::InvalidRequest(
                     "this model's chat template cannot be continued one user turn at a time; \
                      send the whole conversation instead"
@@ -102,10 +113,14 @@ pub(crate) fn tokenize(
                 pinned: None,
             })
         }
-        Input::Encoded(e) if e.system_prompt == opts.system_prompt => Ok(Tokenized {
-            prompt: Prompt::Full(e.tokens.clone()),
-            pinned: e.pinned,
-        }),
+        Input::Encoded(e)
+            if e.system_prompt == opts.system_prompt && e.template_vars == opts.template_vars =>
+        {
+            Ok(Tokenized {
+                prompt: Prompt::Full(e.tokens.clone()),
+                pinned: e.pinned,
+            })
+        }
         Input::Encoded(e) => tokenize(tok, &e.input, opts, history_empty, n_vocab),
         Input::Tokens(ids) => {
             if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {

@@ -47,7 +47,7 @@ async fn generate(
         .unwrap();
     let req = GenerateRequest {
         session: s.into(),
-        input: Input::Chat(messages.to_vec()),
+        input: Input::Chat(messages.to_vec().into()),
         sampling,
         stop: Vec::new(),
         max_tokens: 96,

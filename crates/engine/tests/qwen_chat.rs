@@ -29,7 +29,7 @@ async fn chatml_turns_stop_at_end_of_turn_and_reuse_the_state() {
     };
     let s = engine.create_session(opts).await.unwrap();
     let mut conv = vec![ChatMessage::new("user", "What color is the sky?")];
-    let t1 = run(&engine, greedy(s, Input::Chat(conv.clone()), 12)).await;
+    let t1 = run(&engine, greedy(s, Input::Chat(conv.clone().into()), 12)).await;
     let d1 = t1.done().clone();
     assert_eq!(d1.stop_reason, StopReason::Eog, "{:?}", t1.text);
     assert!(!t1.text.contains("<|im_end|>"));
@@ -49,7 +49,7 @@ async fn chatml_turns_stop_at_end_of_turn_and_reuse_the_state() {
     assert_eq!(info.pinned_prefix, sys_tokens);
     conv.push(ChatMessage::new("assistant", t1.text.trim()));
     conv.push(ChatMessage::new("user", "And grass?"));
-    let t2 = run(&engine, greedy(s, Input::Chat(conv), 12)).await;
+    let t2 = run(&engine, greedy(s, Input::Chat(conv.into()), 12)).await;
     let d2 = t2.done();
     assert!(d2.cached_tokens >= d1.prompt_tokens, "{d1:?} {d2:?}");
     assert!(d2.prefilled_tokens < 20, "{d2:?}");

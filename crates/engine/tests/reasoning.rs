@@ -5,30 +5,23 @@
 mod common;
 
 use common::*;
-use statelm_engine::{Engine, Event, GenerateRequest, Input};
-use statelm_gguf::{Array, Value};
-use statelm_model::testing::{write_synthetic_model_with, SyntheticSpec};
+use statelm_engine::{Engine, Event, GenerateRequest, Input, SessionOptions, TemplateVars};
+use statelm_model::testing::{make_thinking, write_synthetic_model_with, SyntheticSpec};
 use statelm_model::{Arch, LoadOptions, Model};
 use std::sync::Arc;
+
+/// Qwen3's template tail, opening the block in the generation prompt unless
+/// `enable_thinking` is false (then the block is pre-filled empty and closed).
+const TEMPLATE: &str =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+{% if add_generation_prompt %}<|im_start|>assistant\n\
+{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n\
+{% else %}<think>\n{% endif %}{% endif %}";
 
 fn thinking_model(dir: &std::path::Path) -> Arc<Model> {
     let path = dir.join("think.gguf");
     write_synthetic_model_with(&path, &SyntheticSpec::tiny(Arch::Qwen3), |w| {
-        let mut tokens = match w.remove("tokenizer.ggml.tokens") {
-            Some(Value::Array(Array::String(t))) => t,
-            other => panic!("tokens: {other:?}"),
-        };
-        let mut types = match w.remove("tokenizer.ggml.token_type") {
-            Some(Value::Array(Array::I32(t))) => t,
-            other => panic!("types: {other:?}"),
-        };
-        let n = tokens.len();
-        tokens[n - 2] = "<think>".into();
-        tokens[n - 1] = "</think>".into();
-        types[n - 2] = 4;
-        types[n - 1] = 4;
-        w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
-        w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        make_thinking(w, Some(TEMPLATE))
     })
     .unwrap();
     Model::load(&path, &LoadOptions::default()).unwrap()
@@ -83,4 +76,53 @@ async fn a_thinking_block_is_reported_apart_from_the_answer() {
     assert_eq!(reasoning_text(&after), "");
     assert!(!after.text.trim().is_empty());
     assert_eq!(after.text.trim(), tok.decode(&after.tokens).trim());
+}
+
+/// A session's template variables render every turn: with `enable_thinking: false` the first
+/// message (a rendered conversation) and the next ones (turn texts) open no block, so all is
+/// answer; without, all is reasoning. A durable session keeps its variables across a close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_template_variables_render_every_turn_and_persist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = thinking_model(tmp.path());
+    let tok = model.tokenizer();
+    let mut cfg = config(&tmp.path().join("spill"));
+    cfg.session_dir = Some(tmp.path().join("sessions"));
+    let engine = Engine::start(model.clone(), cfg);
+    let mut sampling = no_eog(&model);
+    for marker in ["<think>", "</think>"] {
+        (sampling.logit_bias).insert(tok.token_id(marker).unwrap(), f32::NEG_INFINITY);
+    }
+    let turn = |s, text: &str| GenerateRequest {
+        sampling: sampling.clone(),
+        ..greedy(s, Input::UserTurn(text.into()), 4)
+    };
+    let off = SessionOptions {
+        template_vars: TemplateVars::new().with("enable_thinking", false),
+        ..SessionOptions::default()
+    };
+    let quiet = engine.open_session("quiet", off).await.unwrap();
+    let thinking = session(&engine).await.unwrap();
+    for text in ["Hello there.", "And then?"] {
+        let q = run(&engine, turn(quiet, text)).await;
+        assert!(q.error.is_none(), "{:?}", q.error);
+        assert_eq!(reasoning_text(&q), "", "{text}: no block was opened");
+        assert!(!q.text.is_empty(), "{text}");
+        let t = run(&engine, turn(thinking, text)).await;
+        assert!(t.error.is_none(), "{:?}", t.error);
+        assert_eq!(t.text, "", "{text}: all inside the block");
+        assert!(!reasoning_text(&t).is_empty(), "{text}");
+    }
+    engine.close_session(quiet).await.unwrap();
+    let again = (engine
+        .open_session("quiet", SessionOptions::default())
+        .await)
+        .unwrap();
+    let q = run(&engine, turn(again, "Once more?")).await;
+    assert!(q.error.is_none(), "{:?}", q.error);
+    assert_eq!(
+        reasoning_text(&q),
+        "",
+        "the resumed session keeps its variables"
+    );
 }

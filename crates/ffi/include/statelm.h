@@ -533,8 +533,9 @@ int statelm_engine_stats_json(const struct StatelmEngine *engine, char **out);
 
 /**
  * Creates a session (a conversation with its own KV cache). `options_json` may be NULL or
- * `{"token_budget": N, "pinned_prefix": N, "system_prompt": "..."}`. `*out_session`
- * receives its id (0 on failure; ids are never 0). Blocks until the engine answers (between
+ * `{"token_budget": N, "pinned_prefix": N, "system_prompt": "...", "chat_template_kwargs":
+ * {...}}` (variables for the chat template in this session, such as `{"enable_thinking":
+ * false}`). `*out_session` receives its id (0 on failure; ids are never 0). Blocks until the engine answers (between
  * two generation steps).
  *
  * # Safety
@@ -622,7 +623,8 @@ int statelm_session_info_json(const struct StatelmEngine *engine, uint64_t sessi
  *
  * `input_json` is exactly one of `{"prompt": "..."}` (the session's full prompt: what the
  * session already holds is reused as far as it matches), `{"messages": [{"role": "user",
- * "content": "..."}, ...]}` (the full conversation, rendered with the model's chat template),
+ * "content": "..."}, ...]}` (the full conversation, rendered with the model's chat template;
+ * `"chat_template_kwargs": {...}` beside it adds template variables for this request),
  * `{"user_turn": "..."}` (the next user message of the session's conversation: the first one
  * is rendered with the chat template after the session's system prompt, later ones add only
  * their own turn — a chat app sends each message once, and a trimmed conversation goes on),

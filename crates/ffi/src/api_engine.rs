@@ -153,8 +153,9 @@ pub unsafe extern "C" fn statelm_engine_stats_json(
 }
 
 /// Creates a session (a conversation with its own KV cache). `options_json` may be NULL or
-/// `{"token_budget": N, "pinned_prefix": N, "system_prompt": "..."}`. `*out_session`
-/// receives its id (0 on failure; ids are never 0). Blocks until the engine answers (between
+/// `{"token_budget": N, "pinned_prefix": N, "system_prompt": "...", "chat_template_kwargs":
+/// {...}}` (variables for the chat template in this session, such as `{"enable_thinking":
+/// false}`). `*out_session` receives its id (0 on failure; ids are never 0). Blocks until the engine answers (between
 /// two generation steps).
 ///
 /// # Safety

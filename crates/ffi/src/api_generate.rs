@@ -13,7 +13,8 @@ use std::time::Duration;
 ///
 /// `input_json` is exactly one of `{"prompt": "..."}` (the session's full prompt: what the
 /// session already holds is reused as far as it matches), `{"messages": [{"role": "user",
-/// "content": "..."}, ...]}` (the full conversation, rendered with the model's chat template),
+/// "content": "..."}, ...]}` (the full conversation, rendered with the model's chat template;
+/// `"chat_template_kwargs": {...}` beside it adds template variables for this request),
 /// `{"user_turn": "..."}` (the next user message of the session's conversation: the first one
 /// is rendered with the chat template after the session's system prompt, later ones add only
 /// their own turn — a chat app sends each message once, and a trimmed conversation goes on),

@@ -5,8 +5,8 @@
 use crate::status::FfiError;
 use serde::Deserialize;
 use statelm_engine::{
-    ChatDefaults, ChatMessage, ConfigPatch, EngineConfig, GenerateRequest, Input, SessionId,
-    SessionOptions,
+    ChatDefaults, ChatMessage, ConfigPatch, Conversation, EngineConfig, GenerateRequest, Input,
+    SessionId, SessionOptions, TemplateVars,
 };
 use statelm_model::LoadOptions;
 
@@ -90,15 +90,30 @@ struct SessionJson {
     token_budget: Option<usize>,
     pinned_prefix: Option<usize>,
     system_prompt: Option<String>,
+    chat_template_kwargs: Option<TemplateVars>,
 }
 
-/// `statelm_session_new` options: `{"token_budget", "pinned_prefix", "system_prompt"}`.
+/// Template variables, checked: a name the renderer sets itself is refused.
+fn checked_vars(vars: Option<TemplateVars>) -> Result<TemplateVars, FfiError> {
+    let vars = vars.unwrap_or_default();
+    match vars.reserved() {
+        Some(name) => Err(FfiError::invalid(format!(
+            "`chat_template_kwargs`: `{name}` is set by the renderer and cannot be a template \
+             variable"
+        ))),
+        None => Ok(vars),
+    }
+}
+
+/// `statelm_session_new` options: `{"token_budget", "pinned_prefix", "system_prompt",
+/// "chat_template_kwargs"}`.
 pub(crate) fn session_options(json: Option<&str>) -> Result<SessionOptions, FfiError> {
     let j: SessionJson = parse(json, "session options")?;
     Ok(SessionOptions {
         token_budget: j.token_budget,
         pinned_prefix: j.pinned_prefix,
         system_prompt: j.system_prompt,
+        template_vars: checked_vars(j.chat_template_kwargs)?,
     })
 }
 
@@ -114,25 +129,34 @@ struct MessageJson {
 struct InputJson {
     prompt: Option<String>,
     messages: Option<Vec<MessageJson>>,
+    chat_template_kwargs: Option<TemplateVars>,
     append: Option<String>,
     user_turn: Option<String>,
     tokens: Option<Vec<u32>>,
 }
 
 /// The generation input: exactly one of `{"prompt": "..."}`, `{"messages": [{"role",
-/// "content"}, ...]}`, `{"append": "..."}`, `{"user_turn": "..."}` or `{"tokens": [ids]}`.
+/// "content"}, ...]}` (with `"chat_template_kwargs": {...}` if wanted), `{"append": "..."}`,
+/// `{"user_turn": "..."}` or `{"tokens": [ids]}`.
 pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
     let j: InputJson = parse(Some(json), "input")?;
+    if j.chat_template_kwargs.is_some() && j.messages.is_none() {
+        return Err(FfiError::invalid(
+            "input JSON: \"chat_template_kwargs\" goes with \"messages\" (a session's own are \
+             a session option)",
+        ));
+    }
     let mut found = Vec::new();
     if let Some(p) = j.prompt {
         found.push(Input::Text(p));
     }
     if let Some(m) = j.messages {
-        let msgs = m
-            .into_iter()
-            .map(|m| ChatMessage::new(m.role, m.content))
-            .collect();
-        found.push(Input::Chat(msgs));
+        found.push(Input::Chat(Conversation {
+            messages: (m.into_iter())
+                .map(|m| ChatMessage::new(m.role, m.content))
+                .collect(),
+            vars: checked_vars(j.chat_template_kwargs)?,
+        }));
     }
     if let Some(a) = j.append {
         found.push(Input::Append(a));
@@ -303,7 +327,10 @@ mod tests {
             Input::Text("hi".into())
         );
         let chat = input(r#"{"messages":[{"role":"user","content":"hi"}]}"#).unwrap();
-        assert_eq!(chat, Input::Chat(vec![ChatMessage::new("user", "hi")]));
+        assert_eq!(
+            chat,
+            Input::Chat(vec![ChatMessage::new("user", "hi")].into())
+        );
         assert_eq!(
             input(r#"{"user_turn":"and then?"}"#).unwrap(),
             Input::UserTurn("and then?".into())
@@ -315,6 +342,28 @@ mod tests {
         assert!(input("{}").is_err());
         assert!(input(r#"{"prompt":"a","append":"b"}"#).is_err());
         assert!(input(r#"{"promt":"a"}"#).is_err());
+    }
+
+    #[test]
+    fn template_variables_go_with_messages_and_sessions() {
+        let chat = input(
+            r#"{"messages":[{"role":"user","content":"hi"}],
+                "chat_template_kwargs":{"enable_thinking":false}}"#,
+        )
+        .unwrap();
+        let want = TemplateVars::new().with("enable_thinking", false);
+        assert!(
+            matches!(&chat, Input::Chat(c) if c.vars == want),
+            "{chat:?}"
+        );
+        let e = input(r#"{"prompt":"hi","chat_template_kwargs":{}}"#).unwrap_err();
+        assert!(e.message.contains("chat_template_kwargs"), "{}", e.message);
+        let e = input(r#"{"messages":[],"chat_template_kwargs":{"messages":1}}"#).unwrap_err();
+        assert!(e.message.contains("`messages`"), "{}", e.message);
+        let s = session_options(Some(
+            r#"{"chat_template_kwargs":{"enable_thinking":false}}"#,
+        ));
+        assert_eq!(s.unwrap().template_vars, want);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 use crate::error::ApiError;
 use crate::format::{add_event_header, Kind, Shape};
 use crate::generate::{self, Started};
-use crate::request::{chat_messages, parse_body, ChatRequest, CompletionRequest, Params, Prompt};
+use crate::request::{
+    chat_messages, parse_body, template_vars, ChatRequest, CompletionRequest, Params, Prompt,
+};
 use crate::state::AppState;
 use crate::tenant::Tenant;
 use axum::body::Bytes;
@@ -15,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::json;
-use statelm_engine::Input;
+use statelm_engine::{Conversation, Input};
 use std::sync::Arc;
 
 type App = State<Arc<AppState>>;
@@ -161,9 +163,12 @@ async fn chat_completions(
         let params = req
             .common
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
-        let messages = chat_messages(&req.messages)?;
+        let conversation = Conversation {
+            messages: chat_messages(&req.messages)?,
+            vars: template_vars(&req.chat_template_kwargs)?,
+        };
         let slot = app.gate.enter().await?;
-        let encoded = app.encode(Input::Chat(messages)).await?;
+        let encoded = app.encode(Input::Chat(conversation)).await?;
         let tenant = tenant(key, req.common.user.as_deref());
         let input = Input::Encoded(Box::new(encoded));
         let started = generate::start(&app, input, &params, tenant, slot).await?;

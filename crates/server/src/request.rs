@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use serde::Deserialize;
-use statelm_engine::{ChatMessage, SamplingParams};
+use statelm_engine::{ChatMessage, SamplingParams, TemplateVars};
 use std::collections::HashMap;
 
 /// Most stop strings a request may give (as OpenAI).
@@ -131,6 +131,10 @@ pub(crate) struct Message {
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct ChatRequest {
     pub messages: Vec<Message>,
+    /// Variables for the model's chat template (vLLM's and llama-server's name), such as
+    /// Qwen3's `enable_thinking`.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -220,6 +224,26 @@ pub(crate) fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, Ap
             Ok(ChatMessage::new(role, content))
         })
         .collect()
+}
+
+/// `chat_template_kwargs` as template variables; a name the renderer sets itself is a 400.
+pub(crate) fn template_vars(
+    kwargs: &Option<serde_json::Map<String, serde_json::Value>>,
+) -> Result<TemplateVars, ApiError> {
+    let vars = TemplateVars(
+        kwargs
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    );
+    match vars.reserved() {
+        Some(name) => Err(ApiError::bad_param(
+            "chat_template_kwargs",
+            format!("`{name}` is set by the server and cannot be a template variable"),
+        )),
+        None => Ok(vars),
+    }
 }
 
 fn text_of_parts(parts: &[serde_json::Value], i: usize) -> Result<String, ApiError> {

@@ -2,7 +2,9 @@
 //! minijinja plus Python-style string methods), or a built-in template chosen
 //! by architecture when the file has none.
 
-use minijinja::{context, Environment, Error, ErrorKind, Value};
+use std::collections::BTreeMap;
+
+use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TokenizerError;
@@ -23,6 +25,48 @@ impl ChatMessage {
             role: role.into(),
             content: content.into(),
         }
+    }
+}
+
+/// Extra variables for the chat template: OpenAI's `chat_template_kwargs`, such as Qwen3's
+/// `enable_thinking`. The template reads them as globals beside `messages`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TemplateVars(pub BTreeMap<String, serde_json::Value>);
+
+/// Names the renderer sets itself; a [`TemplateVars`] entry may not replace them.
+pub const RESERVED_TEMPLATE_VARS: [&str; 5] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "raise_exception",
+];
+
+impl TemplateVars {
+    /// No extra variables.
+    pub fn new() -> TemplateVars {
+        TemplateVars::default()
+    }
+
+    /// These variables with `name` set to `value`.
+    pub fn with(mut self, name: &str, value: impl Into<serde_json::Value>) -> TemplateVars {
+        self.0.insert(name.to_string(), value.into());
+        self
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The first name that the renderer reserves, if any is set.
+    pub fn reserved(&self) -> Option<&str> {
+        (self.0.keys()).find_map(|k| {
+            RESERVED_TEMPLATE_VARS
+                .contains(&k.as_str())
+                .then_some(k.as_str())
+        })
     }
 }
 
@@ -143,22 +187,31 @@ impl ChatTemplate {
         }
     }
 
-    /// Renders `messages` (tools are left undefined).
+    /// Renders `messages` with the extra variables `vars` (a reserved name among them is an
+    /// error that names it).
     pub fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
+        vars: &TemplateVars,
     ) -> Result<String, TokenizerError> {
+        if let Some(name) = vars.reserved() {
+            return Err(self.error(format!(
+                "`{name}` is set by the renderer and cannot be a template variable"
+            )));
+        }
         let env = self.env.as_ref().map_err(|e| self.error(e.clone()))?;
         let tmpl = env
             .get_template(NAME)
             .map_err(|e| self.error(format!("{e:#}")))?;
-        tmpl.render(context! {
-            messages => Value::from_serialize(messages),
-            add_generation_prompt => add_generation_prompt,
-            bos_token => &self.bos_token,
-            eos_token => &self.eos_token,
-        })
-        .map_err(|e| self.error(format!("{e:#}")))
+        let mut ctx: BTreeMap<String, Value> = (vars.0.iter())
+            .map(|(k, v)| (k.clone(), Value::from_serialize(v)))
+            .collect();
+        ctx.insert("messages".into(), Value::from_serialize(messages));
+        ctx.insert("add_generation_prompt".into(), add_generation_prompt.into());
+        ctx.insert("bos_token".into(), self.bos_token.as_str().into());
+        ctx.insert("eos_token".into(), self.eos_token.as_str().into());
+        tmpl.render(Value::from(ctx))
+            .map_err(|e| self.error(format!("{e:#}")))
     }
 }

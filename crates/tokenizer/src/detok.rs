@@ -115,6 +115,12 @@ impl StreamingDetokenizer {
         out
     }
 
+    /// Releases an incomplete UTF-8 sequence (as U+FFFD) but stays in the same stream: for
+    /// text that changes destination mid-stream, such as a thinking block's end.
+    pub fn flush_pending(&mut self) -> String {
+        self.drain(true)
+    }
+
     /// Bytes received but not yet returned (an incomplete character).
     pub fn pending_bytes(&self) -> &[u8] {
         &self.pending

@@ -48,7 +48,7 @@ mod spm;
 mod turns;
 mod vocab;
 
-pub use chat::{ChatMessage, TemplateSource};
+pub use chat::{ChatMessage, TemplateSource, TemplateVars, RESERVED_TEMPLATE_VARS};
 pub use detok::StreamingDetokenizer;
 pub use error::TokenizerError;
 pub use gguf::spec_from_gguf;
@@ -324,7 +324,18 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        self.chat.render(messages, add_generation_prompt)
+        self.chat
+            .render(messages, add_generation_prompt, &TemplateVars::new())
+    }
+
+    /// [`Tokenizer::render_chat`] with extra template variables (`chat_template_kwargs`).
+    pub fn render_chat_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+    ) -> Result<String, TokenizerError> {
+        self.chat.render(messages, add_generation_prompt, vars)
     }
 
     /// Whether the chat template comes from the file or is built in.

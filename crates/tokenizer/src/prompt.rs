@@ -6,7 +6,7 @@
 //! tokens: a message whose content spells `<|im_start|>system` or `<start_of_turn>` gets those
 //! characters as text, so a user cannot open a turn of another role.
 
-use crate::chat::ChatMessage;
+use crate::chat::{ChatMessage, TemplateVars};
 use crate::error::TokenizerError;
 use crate::Tokenizer;
 
@@ -35,11 +35,21 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let rendered = self.render_chat(messages, add_generation_prompt)?;
+        self.encode_chat_with(messages, add_generation_prompt, &TemplateVars::new())
+    }
+
+    /// [`Tokenizer::encode_chat`] with extra template variables (`chat_template_kwargs`).
+    pub fn encode_chat_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let rendered = self.render_chat_with(messages, add_generation_prompt, vars)?;
         let spells_control =
             (messages.iter()).any(|m| self.matcher.has_control(&m.content, &self.vocab));
         let plain = if spells_control {
-            self.content_ranges(messages, add_generation_prompt, &rendered)?
+            self.content_ranges(messages, add_generation_prompt, vars, &rendered)?
         } else {
             Vec::new()
         };
@@ -63,12 +73,13 @@ impl Tokenizer {
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
+        vars: &TemplateVars,
         rendered: &str,
     ) -> Result<Vec<(usize, usize)>, TokenizerError> {
         let marked: Vec<ChatMessage> = (messages.iter().enumerate())
             .map(|(i, m)| ChatMessage::new(m.role.clone(), format!("{MARK_OPEN}{i}{MARK_CLOSE}")))
             .collect();
-        let probe = self.render_chat(&marked, add_generation_prompt)?;
+        let probe = self.render_chat_with(&marked, add_generation_prompt, vars)?;
         let (pieces, order) = split_marks(&probe).ok_or_else(|| self.unplaceable())?;
         let mut ranges = Vec::with_capacity(order.len());
         let mut at = 0;

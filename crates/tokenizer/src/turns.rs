@@ -2,7 +2,7 @@
 //! a user turn, so a conversation can be extended one message at a time and trimmed in whole
 //! turns.
 
-use crate::chat::ChatMessage;
+use crate::chat::{ChatMessage, TemplateVars};
 use crate::Tokenizer;
 
 /// How the text of one more turn is built from the chat template.
@@ -24,18 +24,24 @@ impl Tokenizer {
     /// Derives the turn texts by rendering the template with marker messages; `None` when the
     /// template does not render conversations in a way that can be extended turn by turn.
     pub fn turn_texts(&self) -> Option<TurnTexts> {
+        self.turn_texts_with(&TemplateVars::new())
+    }
+
+    /// [`Tokenizer::turn_texts`] with extra template variables (`chat_template_kwargs`).
+    pub fn turn_texts_with(&self, vars: &TemplateVars) -> Option<TurnTexts> {
         let one = self
-            .render_chat(&[ChatMessage::new("user", SENT_U)], true)
+            .render_chat_with(&[ChatMessage::new("user", SENT_U)], true, vars)
             .ok()?;
         let after_user = one.get(one.find(SENT_U)? + SENT_U.len()..)?.to_string();
         let three = self
-            .render_chat(
+            .render_chat_with(
                 &[
                     ChatMessage::new("user", SENT_U),
                     ChatMessage::new("assistant", SENT_A),
                     ChatMessage::new("user", SENT_V),
                 ],
                 true,
+                vars,
             )
             .ok()?;
         let a_end = three.find(SENT_A)? + SENT_A.len();

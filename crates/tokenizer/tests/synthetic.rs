@@ -2,8 +2,8 @@
 
 use statelm_gguf::{Array, GgufFile, GgufWriter, Value};
 use statelm_tokenizer::{
-    PreTokenizer, SpecialIds, StreamingDetokenizer, TemplateSource, Tokenizer, TokenizerError,
-    TokenizerKind, TokenizerSpec,
+    ChatMessage, PreTokenizer, SpecialIds, StreamingDetokenizer, TemplateSource, TemplateVars,
+    Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec,
 };
 
 const NORMAL: i32 = 1;
@@ -253,4 +253,37 @@ fn broken_chat_template_is_an_error_at_render() {
         .render_chat(&[], true)
         .unwrap_err();
     assert!(err.to_string().contains("no system role"), "{err}");
+}
+
+/// The end of Qwen3's template: `enable_thinking=false` pre-fills an empty thinking block.
+const THINKING_TAIL: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+{% if add_generation_prompt %}<|im_start|>assistant\n\
+{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
+
+#[test]
+fn template_variables_reach_the_template() {
+    let mut s = bpe(&[], &[]);
+    s.chat_template = Some(THINKING_TAIL.into());
+    let tok = Tokenizer::new(s).unwrap();
+    let msgs = [ChatMessage::new("user", "hi")];
+    let plain = tok.render_chat(&msgs, true).unwrap();
+    assert_eq!(
+        plain,
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let off = TemplateVars::new().with("enable_thinking", false);
+    let rendered = tok.render_chat_with(&msgs, true, &off).unwrap();
+    assert_eq!(rendered, format!("{plain}<think>\n\n</think>\n\n"));
+    let on = TemplateVars::new().with("enable_thinking", true);
+    assert_eq!(tok.render_chat_with(&msgs, true, &on).unwrap(), plain);
+    // The turn texts follow the variables, so turn-by-turn chat renders the same prompt.
+    let turns = tok.turn_texts_with(&off).unwrap();
+    assert!(
+        turns.after_user.ends_with("<think>\n\n</think>\n\n"),
+        "{turns:?}"
+    );
+    // A name the renderer sets itself is refused, naming it.
+    let bad = TemplateVars::new().with("messages", "x");
+    let err = tok.render_chat_with(&msgs, true, &bad).unwrap_err();
+    assert!(err.to_string().contains("`messages`"), "{err}");
 }

@@ -44,7 +44,7 @@ const WORKLOADS: [(&str, &str); 3] = [("code edit", EDIT), ("rewrite", REWRITE),
 
 /// The chat of one user message.
 fn chat(prompt: &str) -> Input {
-    Input::Chat(vec![ChatMessage::new("user", prompt)])
+    Input::Chat(vec![ChatMessage::new("user", prompt)].into())
 }
 
 /// One greedy answer to `prompt` with `lookup`: its tokens, decode tok/s, drafted, accepted.

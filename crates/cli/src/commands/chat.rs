@@ -100,6 +100,10 @@ pub struct ChatArgs {
     /// Hide a thinking model's reasoning (its `<think>` blocks; shown dimmed by default).
     #[arg(long)]
     hide_thinking: bool,
+    /// Variables for the chat template, as a JSON object: '{"enable_thinking": false}' asks
+    /// Qwen3 and SmolLM3 to answer without thinking.
+    #[arg(long, value_name = "JSON", value_parser = crate::common::template_kwargs)]
+    chat_template_kwargs: Option<statelm_engine::TemplateVars>,
 }
 
 impl ChatArgs {
@@ -204,7 +208,8 @@ fn spawn_interrupts() -> mpsc::Receiver<()> {
 
 impl<'a> Repl<'a> {
     fn new(args: &'a ChatArgs, engine: EngineHandle, model: Arc<Model>, budget: usize) -> Repl<'a> {
-        let turns = model.tokenizer().turn_texts();
+        let vars = args.chat_template_kwargs.clone().unwrap_or_default();
+        let turns = model.tokenizer().turn_texts_with(&vars);
         let defaults = ChatDefaults::for_model(&model);
         if turns.is_none() {
             tracing::info!("chat template gives no turn texts; each turn resends the conversation");
@@ -304,7 +309,7 @@ impl<'a> Repl<'a> {
     async fn prepare(&mut self, text: &str) -> Result<(SessionId, Input)> {
         let input = match &self.turns {
             Some(_) => Input::UserTurn(text.to_string()),
-            None => Input::Chat(self.conversation_with(text)),
+            None => Input::Chat(self.conversation_with(text).into()),
         };
         if let Some(id) = self.session {
             return Ok((id, input));
@@ -313,6 +318,7 @@ impl<'a> Repl<'a> {
             token_budget: Some(self.budget),
             pinned_prefix: None,
             system_prompt: self.system.clone(),
+            template_vars: self.args.chat_template_kwargs.clone().unwrap_or_default(),
         };
         let id = match &self.durable {
             Some(name) => self.engine.open_session(name, opts).await?,

@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
+    /// Variables for the chat template, as a JSON object: '{"enable_thinking": false}' asks
+    /// Qwen3 and SmolLM3 to answer without thinking.
+    #[arg(long, value_name = "JSON", value_parser = crate::common::template_kwargs, requires = "chat")]
+    chat_template_kwargs: Option<statelm_engine::TemplateVars>,
     /// System prompt (with --chat).
     #[arg(long, requires = "chat")]
     system: Option<String>,
@@ -130,7 +134,10 @@ impl RunArgs {
             messages.push(ChatMessage::new("system", s.clone()));
         }
         messages.push(ChatMessage::new("user", self.prompt.clone()));
-        Input::Chat(messages)
+        Input::Chat(statelm_engine::Conversation {
+            messages,
+            vars: self.chat_template_kwargs.clone().unwrap_or_default(),
+        })
     }
 }
 

@@ -60,5 +60,6 @@ pub fn reference_dir() -> PathBuf {
 
 mod synthetic;
 pub use synthetic::{
-    parity_set, write_synthetic_model, write_synthetic_model_with, SyntheticSpec, PARITY_CTX,
+    make_thinking, parity_set, write_synthetic_model, write_synthetic_model_with, SyntheticSpec,
+    PARITY_CTX,
 };

@@ -248,6 +248,29 @@ pub fn write_synthetic_model_with(
     Ok(())
 }
 
+/// A thinking model's vocabulary: makes the last two tokens of a synthetic file `<think>` and
+/// `</think>` (user-defined, as in Qwen3's), and sets `template` as its chat template if given.
+pub fn make_thinking(w: &mut GgufWriter, template: Option<&str>) {
+    let mut tokens = match w.remove("tokenizer.ggml.tokens") {
+        Some(Value::Array(Array::String(t))) => t,
+        other => panic!("tokens: {other:?}"),
+    };
+    let mut types = match w.remove("tokenizer.ggml.token_type") {
+        Some(Value::Array(Array::I32(t))) => t,
+        other => panic!("types: {other:?}"),
+    };
+    let n = tokens.len();
+    tokens[n - 2] = "<think>".into();
+    tokens[n - 1] = "</think>".into();
+    types[n - 2] = 4;
+    types[n - 1] = 4;
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    if let Some(t) = template {
+        w.set("tokenizer.chat_template", Value::String(t.into()));
+    }
+}
+
 impl SyntheticSpec {
     /// Whether layer `il` is one of LFM2's short convolutions (two of every three layers, the
     /// third attends; every layer attends in the other architectures).

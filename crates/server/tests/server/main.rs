@@ -10,4 +10,5 @@ mod http;
 mod isolation;
 mod leaks;
 mod lifecycle;
+mod thinking;
 mod trimmed_chat;
