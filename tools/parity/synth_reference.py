@@ -9,6 +9,12 @@ f32 KV cache, no flash attention, like the `.f32kv-nofa` references.
 
     PYTHONPATH=/tmp/lcp336 python3 tools/parity/synth_reference.py /tmp/synth reference/synthetic
 
+`--real` scores real model files the same way, on text prompts (tokenized by llama.cpp, BOS as
+the file says) instead of random ids; `crates/model/tests/arch_parity.rs` reads the result from
+reference/real/:
+
+    PYTHONPATH=/tmp/lcp336 python3 tools/parity/synth_reference.py --real DIR reference/real
+
 llama-cpp-python 0.3.36 (bench/README.md has the build recipe) is the oracle.
 """
 import hashlib
@@ -23,9 +29,18 @@ import numpy as np
 N_CTX = 256  # statelm_model::testing::PARITY_CTX
 STEPS = 32
 PROMPT_LENS = [3, 9, 17, 30]
+TEXT_PROMPTS = [
+    "The capital of France is",
+    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Once upon a time, in a village by the mountains, there lived an old clockmaker who "
+    "repaired every clock in the valley. Each morning he opened his small shop at seven, "
+    "wound the great pendulum clock by the door, and listened to the ticking of a hundred "
+    "clocks. One winter day a girl came in carrying a broken pocket watch, and she said",
+]
 
 
-def score_file(path):
+def score_file(path, real=False):
     model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
     if not model:
         sys.exit(f"{path}: llama.cpp could not load it")
@@ -49,9 +64,19 @@ def score_file(path):
         return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
 
     rng = random.Random(1234)
+    vocab = L.llama_model_get_vocab(model)
+
+    def tokenize(text):
+        buf = (L.llama_token * N_CTX)()
+        n = L.llama_tokenize(vocab, text.encode(), len(text.encode()), buf, N_CTX, True, True)
+        return [int(t) for t in buf[:n]]
+
     prompts = []
-    for n in PROMPT_LENS:
-        ids = [1] + [rng.randrange(3, n_vocab) for _ in range(n - 1)]
+    for n in TEXT_PROMPTS if real else PROMPT_LENS:
+        if real:
+            ids = tokenize(n)
+        else:
+            ids = [1] + [rng.randrange(3, n_vocab) for _ in range(n - 1)]
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
         logits = feed(ids, 0)
         pos, steps = len(ids), []
@@ -65,14 +90,19 @@ def score_file(path):
             })
             logits = feed([tok], pos)
             pos += 1
-        prompts.append({"prompt_ids": ids, "steps": steps})
+        entry = {"prompt_ids": ids, "steps": steps}
+        if real:
+            entry["prompt"] = n
+        prompts.append(entry)
     L.llama_free(ctx)
     L.llama_model_free(model)
     return prompts
 
 
 def main():
-    src, out = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if a != "--real"]
+    real = "--real" in sys.argv[1:]
+    src, out = args[0], args[1]
     os.makedirs(out, exist_ok=True)
     L.llama_backend_init()
     for f in sorted(os.listdir(src)):
@@ -85,7 +115,7 @@ def main():
             "sha256": sha,
             "n_ctx": N_CTX,
             "oracle": f"llama-cpp-python {L.__version__}",
-            "prompts": score_file(path),
+            "prompts": score_file(path, real),
         }
         name = f[: -len(".gguf")]
         with open(os.path.join(out, name + ".json"), "w") as fh:

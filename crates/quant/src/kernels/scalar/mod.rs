@@ -37,9 +37,9 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Quantizes activations to Q8_1.
+/// Quantizes activations to Q8_1 (ggml's x86 rule, as [`quantize_q8_0`]).
 pub fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
-    crate::formats::q8_1::quantize(x, out);
+    crate::formats::q8_1::quantize_acts(x, out);
 }
 
 /// Quantizes activations to Q8_K (see [`crate::formats::q8_k`] for the tie rule).
