@@ -13,6 +13,13 @@ token embedding). Its vocabulary is still the Qwen tokenizer's 151936 (Llama's i
 tokenizer cannot be cut down without remapping its special tokens), so its embedding is 18%
 larger than the real model's.
 
+`--qwen3-1.7b` writes Qwen3 1.7B's shape (architecture `qwen3`: hidden 2048, ffn 6144, 28
+layers, 16 heads / 8 KV heads of 128, per-head q/k norms, RoPE base 1000000, output tied).
+`--lfm2-1.2b` writes LFM2 1.2B's (architecture `lfm2`: hidden 2048, ffn 8192, 16 layers, of
+which 2, 5, 8, 10, 12 and 14 attend with 32 heads / 8 KV heads and q/k norms and the other ten
+are gated short convolutions with a kernel of 3; output tied). Both keep the Qwen vocabulary
+(LFM2's own has 65536 tokens, so its embedding here is 2.3 times the real one).
+
 Needs the `gguf` and `numpy` packages (`scripts/test` installs them). The weights are random
 (normal, std 0.02; norms 1), so the model's text is noise: it measures speed, not quality.
 """
@@ -76,15 +83,30 @@ def main():
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2",
+    p.add_argument("--head-dim", type=int, help="attention head size (default hidden/heads)")
+    p.add_argument("--arch", choices=["qwen2", "llama", "qwen3", "lfm2"], default="qwen2",
                    help="llama: no q/k/v biases, RoPE base 500000, output tied to the embedding")
     p.add_argument("--llama-1b", action="store_true",
                    help="Llama 3.2 1B's shape and architecture (overrides the shape options)")
+    p.add_argument("--qwen3-1.7b", dest="qwen3", action="store_true",
+                   help="Qwen3 1.7B's shape and architecture (overrides the shape options)")
+    p.add_argument("--lfm2-1.2b", dest="lfm2", action="store_true",
+                   help="LFM2 1.2B's shape and architecture (overrides the shape options)")
     a = p.parse_args()
     if a.llama_1b:
         a.arch, a.hidden, a.ffn, a.layers, a.heads, a.kv_heads = "llama", 2048, 8192, 16, 32, 8
+    if a.qwen3:
+        a.arch, a.hidden, a.ffn, a.layers, a.heads, a.kv_heads = "qwen3", 2048, 6144, 28, 16, 8
+        a.head_dim = 128
+    if a.lfm2:
+        a.arch, a.hidden, a.ffn, a.layers, a.heads, a.kv_heads = "lfm2", 2048, 8192, 16, 32, 8
     arch = a.arch
-    biases, tied, rope_base = (False, True, 500000.0) if arch == "llama" else (True, False, 1000000.0)
+    hd = a.head_dim or a.hidden // a.heads
+    attn_layers = {2, 5, 8, 10, 12, 14} if arch == "lfm2" else set(range(a.layers))
+    biases = arch == "qwen2"
+    tied = arch != "qwen2"
+    qk_norm = arch in ("qwen3", "lfm2")
+    rope_base = 500000.0 if arch == "llama" else 1000000.0
 
     rng = np.random.default_rng(a.seed)
     w = gguf.GGUFWriter(a.out, arch)
@@ -95,10 +117,19 @@ def main():
     w.add_feed_forward_length(a.ffn)
     w.add_block_count(a.layers)
     w.add_head_count(a.heads)
-    w.add_head_count_kv(a.kv_heads)
+    if arch == "lfm2":
+        kv_counts = [a.kv_heads if i in attn_layers else 0 for i in range(a.layers)]
+        w.add_array(f"{arch}.attention.head_count_kv", kv_counts)
+        w.add_uint32(f"{arch}.shortconv.l_cache", 3)
+    else:
+        w.add_head_count_kv(a.kv_heads)
+    if arch == "qwen3":
+        w.add_uint32(f"{arch}.attention.key_length", hd)
+        w.add_uint32(f"{arch}.attention.value_length", hd)
     w.add_rope_freq_base(rope_base)
-    w.add_rope_dimension_count(a.hidden // a.heads)
-    w.add_layer_norm_rms_eps(1e-6)
+    if arch != "lfm2":
+        w.add_rope_dimension_count(hd)
+    w.add_layer_norm_rms_eps(1e-6 if arch != "lfm2" else 1e-5)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
     def mat(name, rows, cols):
@@ -109,21 +140,30 @@ def main():
         v = np.full(n, value, np.float32) if value is not None else (rng.standard_normal(n, dtype=np.float32) * np.float32(0.02))
         w.add_tensor(name, v)
 
-    h, kv = a.hidden, a.hidden // a.heads * a.kv_heads
+    h, q, kv = a.hidden, hd * a.heads, hd * a.kv_heads
     mat("token_embd.weight", vocab, h)
     for i in range(a.layers):
         b = f"blk.{i}."
         vec(b + "attn_norm.weight", h, 1.0)
-        for t, rows in (("q", h), ("k", kv), ("v", kv)):
-            mat(b + f"attn_{t}.weight", rows, h)
-            if biases:
-                vec(b + f"attn_{t}.bias", rows)
-        mat(b + "attn_output.weight", h, h)
+        if i in attn_layers:
+            for t, rows in (("q", q), ("k", kv), ("v", kv)):
+                mat(b + f"attn_{t}.weight", rows, h)
+                if biases:
+                    vec(b + f"attn_{t}.bias", rows)
+            mat(b + "attn_output.weight", h, q)
+            if qk_norm:
+                vec(b + "attn_q_norm.weight", hd, 1.0)
+                vec(b + "attn_k_norm.weight", hd, 1.0)
+        else:
+            mat(b + "shortconv.in_proj.weight", 3 * h, h)
+            w.add_tensor(b + "shortconv.conv.weight",
+                         rng.standard_normal((h, 3), dtype=np.float32) * np.float32(0.5))
+            mat(b + "shortconv.out_proj.weight", h, h)
         vec(b + "ffn_norm.weight", h, 1.0)
         mat(b + "ffn_gate.weight", a.ffn, h)
         mat(b + "ffn_up.weight", a.ffn, h)
         mat(b + "ffn_down.weight", h, a.ffn)
-    vec("output_norm.weight", h, 1.0)
+    vec("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", h, 1.0)
     if not tied:
         mat("output.weight", vocab, h)
 
