@@ -245,6 +245,7 @@ pub(crate) fn stop_name(r: &StopReason) -> String {
         StopReason::Cancelled => "interrupted".into(),
         StopReason::Evicted => "cache evicted".into(),
         StopReason::Repetition => "repetition (the answer repeated itself)".into(),
+        StopReason::Complete => "complete (the constraint's grammar ended)".into(),
         other => format!("{other:?}"),
     }
 }

@@ -37,6 +37,8 @@ pub(crate) enum Command {
         req: Box<GenerateRequest>,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
+        /// Its compiled grammar (compiled by the handle, off the engine thread).
+        constraint: Option<Box<crate::sampling::Constraint>>,
         /// Answered with its session once the request is accepted, or with why not (unknown
         /// or busy session, bad sampling parameters, no session free in the pool).
         accepted: Reply<SessionId>,
@@ -332,9 +334,10 @@ impl Actor {
                 req,
                 tx,
                 cancel,
+                constraint,
                 accepted,
             } => {
-                let r = self.generate(id, *req, tx, cancel);
+                let r = self.generate(id, *req, tx, cancel, constraint.map(|c| *c));
                 let _ = accepted.send(r);
             }
             Command::Reset(id, reply) => {
@@ -421,9 +424,15 @@ impl Actor {
         mut req: GenerateRequest,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
+        constraint: Option<crate::sampling::Constraint>,
     ) -> Result<SessionId, EngineError> {
         (req.sampling.check(self.core.model.config().n_vocab))
             .map_err(|e| EngineError::InvalidRequest(e.message))?;
+        if req.sampling.grammar.is_some() != constraint.is_some() {
+            return Err(EngineError::Internal(
+                "a grammar reached the engine uncompiled".into(),
+            ));
+        }
         let sid = match &req.session {
             Target::Session(sid) => *sid,
             Target::Pool(pool) => self.take_from_pool(pool, &mut req.input)?,
@@ -439,7 +448,8 @@ impl Actor {
         }
         s.busy = Some(id);
         let breakers = self.core.breakers_for(&req.sampling);
-        self.jobs.push(Job::new(id, sid, req, tx, cancel, breakers));
+        self.jobs
+            .push(Job::new(id, sid, req, tx, cancel, breakers, constraint));
         Ok(sid)
     }
 

@@ -379,9 +379,15 @@ fn decode(
     mut logits: Logits,
 ) -> Result<Next, EngineError> {
     let n = job.sampler.context_needed();
+    // The constraint holds for the answer, not inside a thinking block.
+    let constrained = !job.reasoning.inside();
     let id = match job.spec.as_mut().and_then(Speculation::row_mut) {
-        Some(row) => job.sampler.sample(row, s.recent(n)),
-        None => job.sampler.sample(logits.last_mut(), s.recent(n)),
+        Some(row) => job
+            .sampler
+            .sample_constrained(row, s.recent(n), constrained)?,
+        None => job
+            .sampler
+            .sample_constrained(logits.last_mut(), s.recent(n), constrained)?,
     };
     let model = core.model.clone();
     let tok = model.tokenizer();
@@ -406,6 +412,9 @@ fn decode(
     }
     if let Some(reason) = stream_token(job, s, tok, id) {
         return Ok(Next::Stop(reason));
+    }
+    if job.sampler.constraint_complete() {
+        return Ok(Next::Stop(StopReason::Complete));
     }
     if in_state {
         return Ok(Next::Continue(Phase::Decode(Logits::default())));
@@ -508,6 +517,11 @@ fn drafts_for(job: &mut Job, s: &mut Session, core: &Core) -> Vec<u32> {
     let Some((ngram, mut proposal)) = s.lookup.draft_match(&s.history, max) else {
         return Vec::new();
     };
+    // Drafts the constraint refuses could never be sampled: they are not checked.
+    proposal.truncate((job.sampler).allowed_drafts(&proposal, !job.reasoning.inside()));
+    if proposal.is_empty() {
+        return Vec::new();
+    }
     let k = sp.policy.choose(proposal.len(), ngram);
     sp.shadow = proposal.get(k).map(|&t| (t, ngram, k == 0));
     proposal.truncate(k);

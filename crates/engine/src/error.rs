@@ -71,6 +71,10 @@ pub enum EngineError {
     /// A session file is not valid.
     #[error("invalid session file: {0}")]
     BadSessionFile(String),
+    /// The constraint's grammar engine failed during the generation (a grammar too complex
+    /// for its limits at this point of the text, or a token it did not allow).
+    #[error("constraint failed: {0}")]
+    Constraint(String),
     /// A broken engine invariant (a bug); the request was abandoned, the session kept.
     #[error("internal engine error: {0}")]
     Internal(String),

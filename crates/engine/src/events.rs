@@ -52,11 +52,14 @@ pub enum StopReason {
     /// The answer started to repeat itself back to back and the loop guard ended it
     /// ([`crate::SamplingParams::loop_guard`]).
     Repetition,
+    /// The answer completed its constraint ([`crate::SamplingParams::grammar`]): the grammar
+    /// allows no further token.
+    Complete,
 }
 
 impl StopReason {
     /// The reason's name in every front end's output (`eog`, `stop_string`, `max_tokens`,
-    /// `cancelled`, `evicted`, `repetition`).
+    /// `cancelled`, `evicted`, `repetition`, `complete`).
     pub fn name(&self) -> &'static str {
         match self {
             StopReason::Eog => "eog",
@@ -65,6 +68,7 @@ impl StopReason {
             StopReason::Cancelled => "cancelled",
             StopReason::Evicted => "evicted",
             StopReason::Repetition => "repetition",
+            StopReason::Complete => "complete",
         }
     }
 }

@@ -40,6 +40,7 @@ impl Engine {
         let (tx, rx) = mpsc::channel(config.queue_depth);
         let shared = Arc::new(Shared::new(config.pressure_hold));
         let (stream_buffer, max_sessions) = (config.stream_buffer, config.max_sessions);
+        let grammars = Arc::new(crate::sampling::constraint::Grammars::new(model.clone()));
         let core = Core::new(model, config);
         let actor = Actor::new(core, rx, shared.clone());
         let thread = std::thread::Builder::new()
@@ -56,6 +57,7 @@ impl Engine {
                 next_request: AtomicU64::new(1),
                 stream_buffer,
                 max_sessions,
+                grammars,
             }),
         }
     }
@@ -69,6 +71,8 @@ struct Inner {
     next_request: AtomicU64,
     stream_buffer: usize,
     max_sessions: usize,
+    /// Compiles request grammars against the model's vocabulary (with its cache).
+    grammars: Arc<crate::sampling::constraint::Grammars>,
 }
 
 impl Drop for Inner {
@@ -188,7 +192,20 @@ impl EngineHandle {
     /// token generated so far stay in its history and State (the last sampled token is
     /// computed with the next request), so the next turn continues from there.
     pub async fn generate(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
-        let (mut stream, cmd, accepted) = self.submission(req);
+        let constraint = match req.sampling.grammar.clone() {
+            // Compiling takes milliseconds (the first grammar also builds the vocabulary's
+            // trie): off the async runtime's workers and off the engine thread.
+            Some(g) => {
+                let grammars = self.inner.grammars.clone();
+                let compiled = tokio::task::spawn_blocking(move || grammars.constraint(&g));
+                let c = compiled
+                    .await
+                    .map_err(|e| EngineError::Internal(format!("grammar compilation: {e}")))?;
+                Some(c?)
+            }
+            None => None,
+        };
+        let (mut stream, cmd, accepted) = self.submission(req, constraint);
         let tx = self.inner.sender()?;
         tx.send(cmd).await.map_err(|_| EngineError::ShuttingDown)?;
         stream.session = Inner::answer(&tx, accepted.await)?;
@@ -199,7 +216,11 @@ impl EngineHandle {
     /// the calling thread until the engine accepted or refused the request. Must not be called
     /// from within a tokio runtime.
     pub fn generate_blocking(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
-        let (mut stream, cmd, accepted) = self.submission(req);
+        let constraint = match &req.sampling.grammar {
+            Some(g) => Some(self.inner.grammars.constraint(g)?),
+            None => None,
+        };
+        let (mut stream, cmd, accepted) = self.submission(req, constraint);
         let tx = self.inner.sender()?;
         tx.blocking_send(cmd)
             .map_err(|_| EngineError::ShuttingDown)?;
@@ -213,6 +234,7 @@ impl EngineHandle {
     fn submission(
         &self,
         req: GenerateRequest,
+        constraint: Option<crate::sampling::Constraint>,
     ) -> (
         GenerationStream,
         Command,
@@ -236,6 +258,7 @@ impl EngineHandle {
             req: Box::new(req),
             tx,
             cancel,
+            constraint: constraint.map(Box::new),
             accepted,
         };
         (stream, cmd, verdict)

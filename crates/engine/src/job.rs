@@ -95,7 +95,12 @@ impl Job {
         tx: EventTx,
         cancel: Arc<AtomicBool>,
         breakers: Arc<crate::dry::Breakers>,
+        constraint: Option<crate::sampling::Constraint>,
     ) -> Job {
+        let mut sampler = Sampler::with_breakers(req.sampling, breakers);
+        if let Some(c) = constraint {
+            sampler.constrain(c);
+        }
         Job {
             id,
             session,
@@ -105,10 +110,11 @@ impl Job {
             phase: Phase::Start,
             logits: Logits::default(),
             input: Some(req.input),
-            spec: (req.sampling.lookup > 0).then(|| {
-                crate::speculate::Speculation::new(req.sampling.lookup, req.sampling.ngram_max)
+            spec: (sampler.params().lookup > 0).then(|| {
+                let p = sampler.params();
+                crate::speculate::Speculation::new(p.lookup, p.ngram_max)
             }),
-            sampler: Sampler::with_breakers(req.sampling, breakers),
+            sampler,
             stop: StopMatcher::new(&req.stop),
             detok: None,
             reasoning: crate::reasoning::ReasoningSplit::default(),

@@ -40,39 +40,32 @@
 #![forbid(unsafe_code)]
 
 mod actor;
-mod budget;
 mod compute;
 mod config;
 mod config_patch;
 mod core;
 mod defaults;
-mod draft_policy;
-pub mod dry;
-mod durable;
 mod error;
 mod event_json;
 mod events;
 pub mod faults;
-mod footprint;
 mod handle;
-mod history_log;
 mod info;
 mod job;
-pub mod lookup;
+mod memory;
 mod plan;
-mod pool;
-mod pressure;
 mod reasoning;
 mod request;
-pub mod rng;
 pub mod sampling;
-mod sampling_check;
-mod session;
-mod snapshot;
+mod sessions;
 pub mod speculate;
-pub mod stop;
 mod text;
-mod tier;
+
+use memory::{budget, footprint, pressure, tier};
+pub use sampling::{dry, rng, stop};
+use sessions::{durable, history_log, pool, session, snapshot};
+use speculate::draft_policy;
+pub use speculate::lookup;
 
 pub use config::{EngineConfig, RealMemory, DEFAULT_PRESSURE_HOLD, MAX_QUEUE, MIN_TOKEN_BUDGET};
 pub use config_patch::ConfigPatch;
@@ -84,8 +77,8 @@ pub use handle::{Engine, EngineHandle, GenerationStream, WeakEngineHandle};
 pub use info::{EngineStats, RequestSample, SessionInfo};
 pub use pool::{PoolRequest, Target, Tenant};
 pub use request::{Conversation, Encoded, GenerateRequest, Input, SessionOptions};
-pub use sampling::SamplingParams;
-pub use sampling_check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};
+pub use sampling::check::{InvalidParam, MAX_BREAKERS, MAX_WINDOW};
+pub use sampling::{Grammar, SamplingParams};
 pub use speculate::MAX_LOOKUP;
 pub use statelm_governor::{Policy, PressureLevel};
 pub use statelm_model::{LoadOptions, Model};

@@ -305,6 +305,11 @@ typedef enum StatelmStopReason {
    * ended it.
    */
   STATELM_STOP_REASON_REPETITION = 7,
+  /**
+   * The answer completed its constraint (the `"grammar"` param): the grammar allows no
+   * further token.
+   */
+  STATELM_STOP_REASON_COMPLETE = 8,
 } StatelmStopReason;
 
 /**

@@ -73,6 +73,9 @@ pub enum StatelmStopReason {
     /// The answer repeated itself back to back and the loop guard (`"loop_guard": true`)
     /// ended it.
     Repetition = 7,
+    /// The answer completed its constraint (the `"grammar"` param): the grammar allows no
+    /// further token.
+    Complete = 8,
 }
 
 /// One event of a generation, passed to its `StatelmEventCallback`.
@@ -134,6 +137,7 @@ fn stop_reason(r: &StopReason) -> (StatelmStopReason, &'static str) {
         StopReason::Cancelled => StatelmStopReason::Cancelled,
         StopReason::Evicted => StatelmStopReason::Evicted,
         StopReason::Repetition => StatelmStopReason::Repetition,
+        StopReason::Complete => StatelmStopReason::Complete,
         _ => StatelmStopReason::Other,
     };
     (code, r.name())

@@ -189,7 +189,8 @@ enum StopJson {
 /// of [`SamplingParams`] (`temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`,
 /// `frequency_penalty`, `presence_penalty`, `penalty_last_n`, `logit_bias`, `seed`,
 /// `dry_multiplier`, `dry_base`, `dry_allowed_length`, `dry_last_n`, `dry_sequence_breakers`,
-/// `loop_guard`).
+/// `loop_guard`, `lookup`, `ngram_max`, and `grammar`: the answer's constraint, one of
+/// `{"json_schema": SCHEMA}`, `"json_object"`, `{"regex": "..."}`, `{"lark": "..."}`).
 pub(crate) fn request(
     session: u64,
     input: Input,

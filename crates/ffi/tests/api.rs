@@ -338,6 +338,28 @@ unsafe extern "C" fn on_done(user_data: *mut c_void, ev: *const StatelmEvent) {
     }
 }
 
+/// An event callback.
+type Callback = Option<unsafe extern "C" fn(*mut c_void, *const StatelmEvent)>;
+
+/// Starts a generation of "hello" in session `s` with `params`, its events going to `cb` with
+/// `user` (which must outlive the request); returns the status and the request id.
+fn start_hello(f: &Fixture, s: u64, params: &CStr, cb: Callback, user: *mut c_void) -> (i32, u64) {
+    let mut req = 0;
+    // SAFETY: valid C strings and out-pointer; the caller keeps `user` alive until it waited.
+    let rc = unsafe {
+        statelm_generate(
+            f.engine,
+            s,
+            c"{\"prompt\":\"hello\"}".as_ptr(),
+            params.as_ptr(),
+            cb,
+            user,
+            &mut req,
+        )
+    };
+    (rc, req)
+}
+
 #[test]
 fn the_loop_guard_and_dry_are_params() {
     let f = fixture();
@@ -345,19 +367,8 @@ fn the_loop_guard_and_dry_are_params() {
     // One token forced at every step: an answer that repeats itself.
     let run = |params: &CStr| {
         let done = Done::default();
-        let mut req = 0;
-        // SAFETY: valid C strings, callback, `done` outlives the request (waited for below).
-        let rc = unsafe {
-            statelm_generate(
-                f.engine,
-                s,
-                c"{\"prompt\":\"hello\"}".as_ptr(),
-                params.as_ptr(),
-                Some(on_done),
-                std::ptr::from_ref(&done).cast_mut().cast(),
-                &mut req,
-            )
-        };
+        let user = std::ptr::from_ref(&done).cast_mut().cast();
+        let (rc, req) = start_hello(&f, s, params, Some(on_done), user);
         assert_eq!(rc, STATELM_OK, "{}", last_error());
         assert_eq!(statelm_wait(f.engine, req, 60_000), STATELM_OK);
         let reason = done.reason.lock().unwrap().clone().expect("a DONE event");
@@ -402,4 +413,62 @@ fn the_loop_guard_and_dry_are_params() {
         )
     };
     assert_ne!(rc, STATELM_OK);
+}
+
+/// Collects the text and the DONE event's reason of one request.
+#[derive(Default)]
+struct Answer {
+    text: Mutex<String>,
+    reason: Mutex<Option<StatelmStopReason>>,
+}
+
+unsafe extern "C" fn on_answer(user_data: *mut c_void, ev: *const StatelmEvent) {
+    // SAFETY: `user_data` is the test's `Answer`, alive until the request is waited for; `ev`
+    // and its text are valid during the call.
+    let (a, ev) = unsafe { (&*(user_data as *const Answer), &*ev) };
+    // SAFETY: `text` has `text_len` valid bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(ev.text.cast::<u8>(), ev.text_len) };
+    match ev.kind {
+        StatelmEventKind::Token | StatelmEventKind::Text => {
+            a.text
+                .lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(bytes));
+        }
+        StatelmEventKind::Done => *a.reason.lock().unwrap() = Some(ev.stop_reason),
+        _ => {}
+    }
+}
+
+#[test]
+fn a_grammar_in_the_params_constrains_the_answer() {
+    let f = fixture();
+    let s = session(f.engine);
+    let params = c"{\"max_tokens\":60,\"temperature\":0,\"grammar\":{\"regex\":\"[a-z]{2,6}( [a-z]{2,6}){2}\\\\.\"}}";
+    let answer = Answer::default();
+    let user = std::ptr::from_ref(&answer).cast_mut().cast();
+    let (rc, req) = start_hello(&f, s, params, Some(on_answer), user);
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    assert_eq!(statelm_wait(f.engine, req, 60_000), STATELM_OK);
+    let text = answer.text.lock().unwrap().clone();
+    let words: Vec<&str> = text.trim_end_matches('.').split(' ').collect();
+    let word_ok =
+        |w: &&str| (2..=6).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase());
+    assert!(
+        text.ends_with('.') && words.len() == 3 && words.iter().all(word_ok),
+        "{text:?}"
+    );
+    assert_eq!(
+        *answer.reason.lock().unwrap(),
+        Some(StatelmStopReason::Complete)
+    );
+    // A grammar that does not compile is refused by statelm_generate, naming its kind.
+    let bad = c"{\"grammar\":{\"regex\":\"(open\"}}";
+    let (rc, _) = start_hello(&f, s, bad, None, null_mut());
+    assert_ne!(rc, STATELM_OK);
+    assert!(
+        last_error().contains("regex constraint"),
+        "{}",
+        last_error()
+    );
 }

@@ -44,6 +44,7 @@ mod metrics;
 mod request;
 mod state;
 mod stream;
+mod structured;
 mod tenant;
 
 pub use config::ServerConfig;

@@ -57,6 +57,12 @@ pub(crate) struct Common {
     pub lookup: Option<i64>,
     /// Longest n-gram drafts are looked up by.
     pub ngram_max: Option<i64>,
+    /// Structured output: JSON (any object, or under a schema) (`crate::structured`).
+    pub response_format: Option<serde_json::Value>,
+    /// statelm's own: the answer matches this regular expression, whole.
+    pub regex: Option<String>,
+    /// statelm's own: the answer follows this Lark-style grammar (llguidance's dialect).
+    pub grammar: Option<String>,
     /// OpenAI fields that would change what the reply means, which this server does not
     /// implement: refused with a 400 naming them unless they ask for nothing.
     #[serde(flatten)]
@@ -71,7 +77,6 @@ pub(crate) struct Unsupported {
     echo: Option<serde_json::Value>,
     suffix: Option<serde_json::Value>,
     best_of: Option<serde_json::Value>,
-    response_format: Option<serde_json::Value>,
     tools: Option<serde_json::Value>,
     tool_choice: Option<serde_json::Value>,
     functions: Option<serde_json::Value>,
@@ -80,7 +85,7 @@ pub(crate) struct Unsupported {
 
 impl Unsupported {
     /// A 400 naming the first field that asks for something unsupported. Values that ask for
-    /// nothing (`false`, `0`, `1` for `best_of`, `[]`, `"none"`, a `text` response format,
+    /// nothing (`false`, `0`, `1` for `best_of`, `[]`, `"none"`,
     /// an empty suffix, `null`) pass.
     fn check(&self) -> Result<(), ApiError> {
         use serde_json::Value as V;
@@ -88,14 +93,12 @@ impl Unsupported {
             v.as_ref()
                 .is_some_and(|v| !v.is_null() && !none.contains(v) && v != &V::Array(vec![]))
         };
-        let text_format = serde_json::json!({"type": "text"});
-        let fields: [(&str, &Option<V>, Vec<V>); 10] = [
+        let fields: [(&str, &Option<V>, Vec<V>); 9] = [
             ("logprobs", &self.logprobs, vec![V::Bool(false), 0.into()]),
             ("top_logprobs", &self.top_logprobs, vec![0.into()]),
             ("echo", &self.echo, vec![V::Bool(false)]),
             ("suffix", &self.suffix, vec!["".into()]),
             ("best_of", &self.best_of, vec![1.into()]),
-            ("response_format", &self.response_format, vec![text_format]),
             ("tools", &self.tools, vec![]),
             ("tool_choice", &self.tool_choice, vec!["none".into()]),
             ("functions", &self.functions, vec![]),
@@ -279,7 +282,12 @@ impl Common {
             }
         }
         let max_tokens = self.max_tokens(limits)?;
-        let sampling = self.sampling(base, limits.n_vocab)?;
+        let mut sampling = self.sampling(base, limits.n_vocab)?;
+        sampling.grammar = crate::structured::constraint(
+            self.response_format.as_ref(),
+            self.regex.as_deref(),
+            self.grammar.as_deref(),
+        )?;
         let stop = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],

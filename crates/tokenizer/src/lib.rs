@@ -149,17 +149,26 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        self.encode_guarded(text, add_special, parse_special, &[])
+        self.encode_guarded(text, add_special, parse_special, &[], self.add_space_prefix)
+    }
+
+    /// Tokenizes `text` as the continuation of earlier text (how a constrained generation
+    /// turns forced text into tokens): no BOS/EOS, control-token texts stay text, and no
+    /// SentencePiece space prefix at the start.
+    pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_guarded(text, false, false, &[], false)
     }
 
     /// [`Tokenizer::encode`] where control-token texts inside the sorted, disjoint byte
-    /// ranges `plain` stay text even with `parse_special`.
+    /// ranges `plain` stay text even with `parse_special`; `space_prefix`: SentencePiece's
+    /// prefix before text that starts the input or follows a special token.
     fn encode_guarded(
         &self,
         text: &str,
         add_special: bool,
         parse_special: bool,
         plain: &[(usize, usize)],
+        space_prefix: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
         if text.len() > MAX_INPUT_BYTES {
             return Err(TokenizerError::InputTooLarge(text.len()));
@@ -183,7 +192,7 @@ impl Tokenizer {
                         }
                         Fragment::Text(s, e) => {
                             buf.clear();
-                            if self.add_space_prefix && prev_special {
+                            if space_prefix && prev_special {
                                 buf.push('\u{2581}');
                             }
                             escape_spaces(&text[s..e], &mut buf);
@@ -251,6 +260,11 @@ impl Tokenizer {
     /// Whether the token is a control token (hidden when decoding).
     pub fn is_control(&self, id: u32) -> bool {
         self.vocab.has(id, attr::CONTROL)
+    }
+
+    /// Whether decoding hides the token (control and unknown tokens): it adds no text.
+    pub fn is_hidden(&self, id: u32) -> bool {
+        self.vocab.has(id, attr::UNKNOWN | attr::CONTROL)
     }
 
     /// Number of tokens in the vocabulary.

@@ -53,7 +53,7 @@ impl Tokenizer {
         } else {
             Vec::new()
         };
-        let ids = self.encode_guarded(&rendered, true, true, &plain)?;
+        let ids = self.encode_guarded(&rendered, true, true, &plain, self.add_space_prefix)?;
         Ok(self.single_bos(ids))
     }
 

@@ -69,7 +69,7 @@ impl Tokenizer {
             true => vec![(start, start + content.len())],
             false => Vec::new(),
         };
-        self.encode_guarded(&text, false, true, &plain)
+        self.encode_guarded(&text, false, true, &plain, self.add_space_prefix)
     }
 
     /// The text a conversation whose system message is `system` starts with, up to where

@@ -75,6 +75,9 @@ pub struct ChatArgs {
     /// Prompt-lookup decoding.
     #[command(flatten)]
     lookup: crate::commands::repetition::LookupArgs,
+    /// Structured output: every answer matches the constraint.
+    #[command(flatten)]
+    constraint: crate::commands::constraint::ConstraintArgs,
     /// KV cache type.
     #[arg(long, default_value = "f16")]
     kv_type: KvType,
@@ -334,6 +337,7 @@ impl<'a> Repl<'a> {
         p.seed = self.args.seed;
         self.args.repetition.apply(&mut p);
         self.args.lookup.apply(&mut p);
+        self.args.constraint.apply(&mut p);
         p
     }
 

@@ -3,6 +3,7 @@
 pub mod bench;
 mod bench_lookup;
 pub mod chat;
+pub(crate) mod constraint;
 pub mod device;
 pub mod doctor;
 pub mod inspect;

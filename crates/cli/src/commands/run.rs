@@ -25,6 +25,8 @@ use std::io::Write;
 ///   statelm run -p "Once upon a time" -n 200 --temp 0.8 --seed 42
 ///   statelm run -m qwen2.5-coder-0.5b --chat -p "Write a haiku about Rust."
 ///   statelm run -m model.gguf -p "def fib(n):" --stop "\n\n" --json
+///   statelm run -m qwen2.5-coder-0.5b --chat -p "Paris: name and country as JSON" \
+///     --json-schema '{"type":"object","properties":{"name":{"type":"string"}}}'
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
@@ -58,6 +60,9 @@ pub struct RunArgs {
     /// Prompt-lookup decoding.
     #[command(flatten)]
     lookup: crate::commands::repetition::LookupArgs,
+    /// Structured output.
+    #[command(flatten)]
+    constraint: crate::commands::constraint::ConstraintArgs,
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
@@ -122,6 +127,7 @@ impl RunArgs {
         };
         self.repetition.apply(&mut p);
         self.lookup.apply(&mut p);
+        self.constraint.apply(&mut p);
         p
     }
 

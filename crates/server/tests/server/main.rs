@@ -10,5 +10,6 @@ mod http;
 mod isolation;
 mod leaks;
 mod lifecycle;
+mod structured;
 mod thinking;
 mod trimmed_chat;

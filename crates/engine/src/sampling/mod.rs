@@ -14,8 +14,15 @@
 //! only the few candidates they keep. Ties are always broken by the lower token id, so the
 //! result depends only on the logits, the parameters and the random stream.
 
+pub(crate) mod check;
+pub mod constraint;
+pub mod dry;
+pub mod rng;
+pub mod stop;
+
 use crate::dry::{Breakers, Dry};
 use crate::rng::Rng;
+pub use constraint::{Constraint, Grammar};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -66,6 +73,10 @@ pub struct SamplingParams {
     pub lookup: usize,
     /// Longest n-gram the drafts are looked up by (1 or more).
     pub ngram_max: usize,
+    /// What the answer must match (JSON schema, any JSON object, regex, Lark grammar); the
+    /// mask it gives comes before every other step ([`constraint`]). Thinking blocks are not
+    /// constrained: the grammar starts after one closes.
+    pub grammar: Option<constraint::Grammar>,
 }
 
 impl Default for SamplingParams {
@@ -89,6 +100,7 @@ impl Default for SamplingParams {
             loop_guard: false,
             lookup: 0,
             ngram_max: crate::lookup::DEFAULT_NGRAM_MAX,
+            grammar: None,
         }
     }
 }
@@ -454,12 +466,15 @@ pub fn distribution(logits: &[f32], params: &SamplingParams) -> Vec<Candidate> {
     cands
 }
 
-/// A sampler for one generation: the parameters, their random stream and DRY's breakers.
+/// A sampler for one generation: the parameters, their random stream, DRY's breakers and the
+/// compiled constraint (the engine compiles `params.grammar`; a sampler made here without
+/// [`Sampler::constrain`] leaves the grammar to its caller).
 #[derive(Debug, Clone)]
 pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
     breakers: std::sync::Arc<Breakers>,
+    constraint: Option<Constraint>,
 }
 
 impl Sampler {
@@ -476,6 +491,52 @@ impl Sampler {
             params,
             rng,
             breakers,
+            constraint: None,
+        }
+    }
+
+    /// Constrains every token [`Sampler::sample_constrained`] picks from now on.
+    pub fn constrain(&mut self, constraint: Constraint) {
+        self.constraint = Some(constraint);
+    }
+
+    /// Whether a constraint is attached.
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// [`Sampler::sample`] after the constraint's mask (when `active`; thinking blocks are
+    /// not constrained), then feeds the token to the constraint.
+    pub fn sample_constrained(
+        &mut self,
+        logits: &mut [f32],
+        recent: &[u32],
+        active: bool,
+    ) -> Result<u32, crate::EngineError> {
+        let Some(c) = self.constraint.as_mut().filter(|_| active) else {
+            return Ok(self.sample(logits, recent));
+        };
+        c.mask(logits)?;
+        let id = self.sample(logits, recent);
+        if let Some(c) = self.constraint.as_mut() {
+            c.accept(id)?;
+        }
+        Ok(id)
+    }
+
+    /// Whether the constraint's text is complete (no token could extend it).
+    pub fn constraint_complete(&self) -> bool {
+        self.constraint
+            .as_ref()
+            .is_some_and(Constraint::is_complete)
+    }
+
+    /// How many of `drafts` the constraint allows from here (all of them without one, or
+    /// when not `active`).
+    pub fn allowed_drafts(&mut self, drafts: &[u32], active: bool) -> usize {
+        match self.constraint.as_mut().filter(|_| active) {
+            Some(c) => c.allowed_prefix(drafts),
+            None => drafts.len(),
         }
     }
 
@@ -517,5 +578,4 @@ impl Sampler {
 }
 
 #[cfg(test)]
-#[path = "sampling_tests.rs"]
 mod tests;

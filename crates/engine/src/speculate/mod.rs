@@ -12,6 +12,9 @@
 //! otherwise draws from `p` without `d`: the usual speculative rule for a one-hot draft.)
 //! Cells of rejected drafts are cut from the State before anything else happens to it.
 
+pub(crate) mod draft_policy;
+pub mod lookup;
+
 use crate::draft_policy::DraftPolicy;
 use crate::session::Session;
 use statelm_model::Logits;

@@ -1,0 +1,302 @@
+//! Constrained decoding: the text a generation may produce, as a JSON schema, any JSON object,
+//! a regular expression or a Lark-style grammar ([`Grammar`]).
+//!
+//! The grammar engine is [llguidance](https://github.com/guidance-ai/llguidance) (llama.cpp,
+//! mistral.rs and vLLM use it too): it computes the set of allowed tokens of a 150k-token
+//! vocabulary in tens of microseconds from a token trie, instead of walking the vocabulary
+//! character by character. Our part is the vocabulary it sees and where the mask goes:
+//! - [`Grammars`] (one per model) builds llguidance's trie from the tokenizer once, on the first
+//!   constrained request, and keeps the last [`CACHE`] compiled grammars: a request whose
+//!   grammar was seen before clones its compiled matcher.
+//! - A token's bytes in the trie are exactly what the streaming detokenizer writes for it, so
+//!   the grammar judges the text the user receives. Hidden tokens (control, unknown) write
+//!   nothing; llguidance sees them as special tokens that free text never matches, except the
+//!   end-of-generation tokens, which the mask allows once the text is complete.
+//! - [`Constraint`] follows one generation: the mask is applied before every other sampling
+//!   step (so penalties, top-k and the rest only ever see allowed tokens), and each sampled
+//!   token is fed to it. Drafts of prompt lookup are cut at the first token the grammar
+//!   refuses, so speculation keeps its exactness: every token is still sampled from masked
+//!   logits.
+
+use crate::error::EngineError;
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use statelm_model::Model;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// How many compiled grammars a model keeps for reuse.
+pub const CACHE: usize = 32;
+
+/// Most bytes of a grammar's source (a schema, a regex, a Lark grammar).
+pub const MAX_GRAMMAR_BYTES: usize = 256 * 1024;
+
+/// What the generated text must match.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grammar {
+    /// A JSON value valid under this JSON schema (draft 2020-12 subset: types, properties,
+    /// required, enums, consts, items, anyOf/oneOf/allOf, patterns, lengths, local `$ref`).
+    JsonSchema(serde_json::Value),
+    /// Any JSON object.
+    JsonObject,
+    /// Text matching this regular expression, whole.
+    Regex(String),
+    /// A Lark-style grammar (llguidance's dialect: `start: ...`, regex terminals, `%json`).
+    Lark(String),
+}
+
+impl Grammar {
+    /// The grammar's kind, as front ends name it (`json_schema`, `json_object`, `regex`,
+    /// `lark`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Grammar::JsonSchema(_) => "json_schema",
+            Grammar::JsonObject => "json_object",
+            Grammar::Regex(_) => "regex",
+            Grammar::Lark(_) => "lark",
+        }
+    }
+
+    fn source_len(&self) -> usize {
+        match self {
+            Grammar::JsonSchema(v) => v.to_string().len(),
+            Grammar::JsonObject => 0,
+            Grammar::Regex(s) | Grammar::Lark(s) => s.len(),
+        }
+    }
+
+    fn top_level(&self) -> TopLevelGrammar {
+        match self {
+            Grammar::JsonSchema(v) => TopLevelGrammar::from_json_schema(json_layout(v.clone())),
+            Grammar::JsonObject => TopLevelGrammar::from_json_schema(json_layout(
+                serde_json::json!({"type": "object"}),
+            )),
+            Grammar::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            Grammar::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+        }
+    }
+
+    /// The cache key: the kind and the canonical source.
+    fn key(&self) -> String {
+        match self {
+            Grammar::JsonSchema(v) => format!("json_schema\n{v}"),
+            Grammar::JsonObject => "json_object".into(),
+            Grammar::Regex(s) => format!("regex\n{s}"),
+            Grammar::Lark(s) => format!("lark\n{s}"),
+        }
+    }
+}
+
+/// JSON is written on one line, `{"key": value, "next": value}` (the separators of Python's
+/// `json.dumps`), unless the schema says otherwise under llguidance's `x-guidance` key: free
+/// whitespace would let a small model pad its answer with blank lines up to `max_tokens`.
+fn json_layout(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(obj) = schema.as_object_mut() {
+        obj.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": ",
+            })
+        });
+    }
+    schema
+}
+
+/// The model's vocabulary as llguidance sees it.
+struct Vocabulary {
+    trie: TokTrie,
+    model: Arc<Model>,
+}
+
+impl TokenizerEnv for Vocabulary {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        let tok = self.model.tokenizer();
+        self.trie.tokenize_with_greedy_fallback(s, |text| {
+            tok.encode_continuation(text).unwrap_or_default()
+        })
+    }
+}
+
+/// Each token's bytes for the trie: what the detokenizer writes, hidden tokens as special
+/// (`0xFF` + their text), ids past the tokenizer's vocabulary (padding rows of the output
+/// matrix) empty, which llguidance never allows.
+fn token_words(model: &Model) -> Vec<Vec<u8>> {
+    let tok = model.tokenizer();
+    let n = model.config().n_vocab.max(tok.vocab_size());
+    (0..n as u32)
+        .map(|id| match tok.token_bytes(id) {
+            Some(b) if tok.is_hidden(id) => {
+                let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+                w.extend_from_slice(b);
+                w
+            }
+            Some(b) => b.to_vec(),
+            None => Vec::new(),
+        })
+        .collect()
+}
+
+fn build_factory(model: &Arc<Model>) -> Result<ParserFactory, String> {
+    let tok = model.tokenizer();
+    let words = token_words(model);
+    let eos = tok.eos_id().or(tok.eog_ids().first().copied()).unwrap_or(0);
+    let info = TokRxInfo::new(words.len() as u32, eos);
+    let mut trie = TokTrie::from(&info, &words);
+    if !tok.eog_ids().is_empty() {
+        trie = trie.with_eos_tokens(tok.eog_ids());
+    }
+    let env: TokEnv = Arc::new(Vocabulary {
+        trie,
+        model: model.clone(),
+    });
+    let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+    factory.quiet();
+    // Errors name the grammar's problem, not the prompt's tokens.
+    factory.limits_mut().verbose_errors = false;
+    Ok(factory)
+}
+
+/// One model's grammar compiler: llguidance's view of the vocabulary (built on first use) and
+/// the most recently used compiled grammars.
+pub(crate) struct Grammars {
+    model: Arc<Model>,
+    factory: OnceLock<Result<ParserFactory, String>>,
+    cache: Mutex<Vec<(String, Matcher)>>,
+}
+
+impl std::fmt::Debug for Grammars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammars").finish_non_exhaustive()
+    }
+}
+
+impl Grammars {
+    /// A compiler for `model`'s vocabulary (nothing is built until the first grammar).
+    pub fn new(model: Arc<Model>) -> Grammars {
+        Grammars {
+            model,
+            factory: OnceLock::new(),
+            cache: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A fresh constraint for `grammar`: compiled, or cloned from the cache. A grammar that
+    /// does not compile is [`EngineError::InvalidRequest`] naming its kind and the reason.
+    pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint, EngineError> {
+        let invalid = |why: String| {
+            EngineError::InvalidRequest(format!("{} constraint: {why}", grammar.kind()))
+        };
+        if grammar.source_len() > MAX_GRAMMAR_BYTES {
+            return Err(invalid(format!(
+                "{} bytes, more than the {MAX_GRAMMAR_BYTES} allowed",
+                grammar.source_len()
+            )));
+        }
+        let key = grammar.key();
+        if let Some(m) = self.cached(&key) {
+            return Ok(Constraint::new(m));
+        }
+        let factory = self
+            .factory
+            .get_or_init(|| build_factory(&self.model))
+            .as_ref()
+            .map_err(|e| EngineError::Internal(format!("the grammar engine: {e}")))?;
+        let parser = factory.create_parser(grammar.top_level());
+        let matcher = Matcher::new(parser);
+        if let Some(e) = matcher.get_error() {
+            return Err(invalid(e));
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHE {
+            cache.remove(0);
+        }
+        cache.push((key, matcher.clone()));
+        Ok(Constraint::new(matcher))
+    }
+
+    fn cached(&self, key: &str) -> Option<Matcher> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let i = cache.iter().position(|(k, _)| k == key)?;
+        let entry = cache.remove(i);
+        let m = entry.1.clone();
+        cache.push(entry);
+        Some(m)
+    }
+}
+
+/// One generation's constraint: where its text is in the grammar.
+pub struct Constraint {
+    matcher: Matcher,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clone for Constraint {
+    fn clone(&self) -> Self {
+        Constraint {
+            matcher: self.matcher.deep_clone(),
+        }
+    }
+}
+
+impl Constraint {
+    fn new(matcher: Matcher) -> Constraint {
+        Constraint { matcher }
+    }
+
+    /// Sets every logit the grammar does not allow next to −∞. Once the text is complete only
+    /// the end-of-generation tokens remain.
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), EngineError> {
+        let allowed = self.matcher.compute_mask_or_eos().map_err(failed)?;
+        let words = allowed.as_slice();
+        for (i, chunk) in logits.chunks_mut(32).enumerate() {
+            let bits = words.get(i).copied().unwrap_or(0);
+            if bits == u32::MAX {
+                continue;
+            }
+            for (j, l) in chunk.iter_mut().enumerate() {
+                if bits & (1 << j) == 0 {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds the sampled token `id` (a token outside the mask is an error).
+    pub fn accept(&mut self, id: u32) -> Result<(), EngineError> {
+        if self.matcher.is_stopped() {
+            return Ok(());
+        }
+        self.matcher.consume_token(id).map_err(failed)
+    }
+
+    /// Whether the text is complete: the grammar allows no further token.
+    pub fn is_complete(&self) -> bool {
+        self.matcher.is_stopped() && !self.matcher.is_error()
+    }
+
+    /// How many of `drafts`, in order, the grammar allows from here (the state is unchanged).
+    pub fn allowed_prefix(&mut self, drafts: &[u32]) -> usize {
+        if self.matcher.is_stopped() {
+            return 0;
+        }
+        self.matcher.validate_tokens(drafts).unwrap_or(0)
+    }
+}
+
+fn failed(e: anyhow::Error) -> EngineError {
+    EngineError::Constraint(e.to_string())
+}

@@ -1,0 +1,8 @@
+//! Sessions and their persistence: one session's State and history, snapshots (spills and
+//! saved sessions), durable sessions with their history log, and the session pool.
+
+pub(crate) mod durable;
+pub(crate) mod history_log;
+pub(crate) mod pool;
+pub(crate) mod session;
+pub(crate) mod snapshot;
