@@ -15,6 +15,7 @@ use std::time::Instant;
 ///   statelm bench -m qwen2.5-coder-0.5b --threads 2 --reps 5 --json
 ///   statelm bench --stateless                  # per-token cost with and without a State
 ///   statelm bench -m qwen2.5-coder-0.5b --lookup 4  # prompt lookup: edit, rewrite, prose
+///   statelm bench -m qwen2.5-coder-0.5b --json-schema @schema.json  # what a constraint costs
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
@@ -55,6 +56,14 @@ pub struct BenchArgs {
     /// With `--lookup`, each answer's any-match ceiling is also priced at these costs.
     #[arg(long, value_delimiter = ',', value_name = "K,..")]
     verify: Vec<usize>,
+    /// Also time a JSON-schema constraint (JSON text or @FILE): building the vocabulary's
+    /// trie, compiling the schema and reusing it, and per token the mask beside the forward
+    /// pass, on greedy chat answers under the schema.
+    #[arg(long, value_name = "JSON|@FILE", value_parser = super::constraint::schema)]
+    json_schema: Option<serde_json::Value>,
+    /// With `--json-schema`: the chat prompt the answers are for.
+    #[arg(long, value_name = "TEXT", requires = "json_schema", default_value = super::bench_constraint::DEFAULT_PROMPT)]
+    json_prompt: String,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -192,11 +201,7 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
         );
     }
     let (decode, ttft, kv_bytes) = time_decode(&model, args.decode, args.kv_type, reps)?;
-    let stateless = if args.stateless {
-        Some(stateless_curve(&model, args.kv_type)?)
-    } else {
-        None
-    };
+    let (stateless, constraint) = side_measures(args, &model, reps)?;
     let verify = if args.verify.is_empty() {
         None
     } else {
@@ -246,6 +251,7 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
         "stateless": stateless,
         "lookup": lookup,
         "verify": verify,
+        "constraint": constraint,
         "peak_rss_bytes": peak_rss,
     });
     if args.json {
@@ -254,6 +260,28 @@ pub fn run(args: &BenchArgs, ctx: &Ctx) -> Result<()> {
         print_report(&report);
     }
     Ok(())
+}
+
+/// The stateless curve and the constraint's costs, when asked for.
+type SideMeasures = (Option<Vec<serde_json::Value>>, Option<serde_json::Value>);
+
+fn side_measures(args: &BenchArgs, model: &Arc<Model>, reps: usize) -> Result<SideMeasures> {
+    let stateless = if args.stateless {
+        Some(stateless_curve(model, args.kv_type)?)
+    } else {
+        None
+    };
+    let constraint = match &args.json_schema {
+        Some(schema) => Some(super::bench_constraint::measure(
+            model,
+            schema,
+            &args.json_prompt,
+            args.decode,
+            reps,
+        )?),
+        None => None,
+    };
+    Ok((stateless, constraint))
 }
 
 fn print_report(r: &serde_json::Value) {
@@ -304,9 +332,36 @@ fn print_report(r: &serde_json::Value) {
         );
     }
     print_comparisons(r);
+    print_constraint(&r["constraint"]);
     if let Some(rss) = r["peak_rss_bytes"].as_u64() {
         println!("peak RSS  {:>15.1} MiB", rss as f64 / (1024.0 * 1024.0));
     }
+}
+
+/// The constraint's costs, when `--json-schema` asked for them.
+fn print_constraint(c: &serde_json::Value) {
+    if c.is_null() {
+        return;
+    }
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let us = |v: &serde_json::Value| f(&v["median"]) * 1e6;
+    println!(
+        "schema    trie {:.0} ms (once per model), compile {:.2} ms, cached {:.3} ms",
+        f(&c["trie_build_s"]) * 1e3,
+        f(&c["compile_s"]) * 1e3,
+        us(&c["cached_compile_s"]) / 1e3
+    );
+    println!(
+        "mask      {:>15.1} us/token = {:.2}% of decode ({:.2} ms forward); first token {:.0} us",
+        us(&c["mask_per_token_s"]),
+        100.0 * f(&c["mask_share_of_decode"]["median"]),
+        us(&c["forward_per_token_s"]) / 1e3,
+        us(&c["first_mask_s"])
+    );
+    println!(
+        "answer    {} tokens, complete {}, valid JSON {}: {}",
+        c["tokens"], c["complete"], c["valid_json"], c["text"]
+    );
 }
 
 /// The report's optional comparisons: stateless vs stateful, lookup vs plain, verification.

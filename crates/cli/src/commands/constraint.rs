@@ -47,7 +47,8 @@ fn text_or_file(s: &str) -> Result<String, String> {
     }
 }
 
-fn schema(s: &str) -> Result<serde_json::Value, String> {
+/// A JSON schema from its text or `@FILE`.
+pub(crate) fn schema(s: &str) -> Result<serde_json::Value, String> {
     let text = text_or_file(s)?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("not a JSON schema: {e}"))?;

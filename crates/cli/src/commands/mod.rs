@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+mod bench_constraint;
 mod bench_lookup;
 pub mod chat;
 pub(crate) mod constraint;

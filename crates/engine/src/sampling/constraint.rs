@@ -163,8 +163,9 @@ fn build_factory(model: &Arc<Model>) -> Result<ParserFactory, String> {
 }
 
 /// One model's grammar compiler: llguidance's view of the vocabulary (built on first use) and
-/// the most recently used compiled grammars.
-pub(crate) struct Grammars {
+/// the most recently used compiled grammars. The engine keeps one; `statelm bench
+/// --json-schema` times one directly.
+pub struct Grammars {
     model: Arc<Model>,
     factory: OnceLock<Result<ParserFactory, String>>,
     cache: Mutex<Vec<(String, Matcher)>>,
@@ -186,6 +187,19 @@ impl Grammars {
         }
     }
 
+    /// Builds llguidance's view of the vocabulary now (the first [`Grammars::constraint`]
+    /// does otherwise).
+    pub fn prepare(&self) -> Result<(), EngineError> {
+        self.factory().map(|_| ())
+    }
+
+    fn factory(&self) -> Result<&ParserFactory, EngineError> {
+        self.factory
+            .get_or_init(|| build_factory(&self.model))
+            .as_ref()
+            .map_err(|e| EngineError::Internal(format!("the grammar engine: {e}")))
+    }
+
     /// A fresh constraint for `grammar`: compiled, or cloned from the cache. A grammar that
     /// does not compile is [`EngineError::InvalidRequest`] naming its kind and the reason.
     pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint, EngineError> {
@@ -202,11 +216,7 @@ impl Grammars {
         if let Some(m) = self.cached(&key) {
             return Ok(Constraint::new(m));
         }
-        let factory = self
-            .factory
-            .get_or_init(|| build_factory(&self.model))
-            .as_ref()
-            .map_err(|e| EngineError::Internal(format!("the grammar engine: {e}")))?;
+        let factory = self.factory()?;
         let parser = factory.create_parser(grammar.top_level());
         let matcher = Matcher::new(parser);
         if let Some(e) = matcher.get_error() {
