@@ -39,6 +39,8 @@ pub(crate) enum Command {
         cancel: Arc<AtomicBool>,
         /// Its compiled grammar (compiled by the handle, off the engine thread).
         constraint: Option<Box<crate::sampling::Constraint>>,
+        /// The format its answer's tool calls are parsed in (it offers tools).
+        tool_format: Option<crate::tools::ToolFormat>,
         /// Answered with its session once the request is accepted, or with why not (unknown
         /// or busy session, bad sampling parameters, no session free in the pool).
         accepted: Reply<SessionId>,
@@ -335,9 +337,11 @@ impl Actor {
                 tx,
                 cancel,
                 constraint,
+                tool_format,
                 accepted,
             } => {
-                let r = self.generate(id, *req, tx, cancel, constraint.map(|c| *c));
+                let prepared = (constraint.map(|c| *c), tool_format);
+                let r = self.generate(id, *req, tx, cancel, prepared);
                 let _ = accepted.send(r);
             }
             Command::Reset(id, reply) => {
@@ -424,7 +428,10 @@ impl Actor {
         mut req: GenerateRequest,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
-        constraint: Option<crate::sampling::Constraint>,
+        (constraint, tool_format): (
+            Option<crate::sampling::Constraint>,
+            Option<crate::tools::ToolFormat>,
+        ),
     ) -> Result<SessionId, EngineError> {
         (req.sampling.check(self.core.model.config().n_vocab))
             .map_err(|e| EngineError::InvalidRequest(e.message))?;
@@ -448,8 +455,9 @@ impl Actor {
         }
         s.busy = Some(id);
         let breakers = self.core.breakers_for(&req.sampling);
-        self.jobs
-            .push(Job::new(id, sid, req, tx, cancel, breakers, constraint));
+        let mut job = Job::new(id, sid, req, tx, cancel, breakers, constraint);
+        job.tools = tool_format.map(crate::tools::ToolCallParser::new);
+        self.jobs.push(job);
         Ok(sid)
     }
 

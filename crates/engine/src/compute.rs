@@ -462,7 +462,7 @@ fn stream_token(
     }
     match job.stop.push(&piece) {
         StopOutcome::Stopped { emit, stop } => {
-            job.emit(Event::Token { id, text: emit });
+            emit_answer(job, id, emit);
             Some(StopReason::StopString(stop))
         }
         StopOutcome::Continue { mut emit } => {
@@ -470,9 +470,23 @@ fn stream_token(
             if limit.is_some() {
                 emit.push_str(&flush_text(job));
             }
-            job.emit(Event::Token { id, text: emit });
+            emit_answer(job, id, emit);
             limit
         }
+    }
+}
+
+/// Streams answer text with its token: through the tool-call parser when the request offers
+/// tools (the text outside calls, then the calls' events).
+fn emit_answer(job: &mut Job, id: u32, text: String) {
+    let Some(p) = job.tools.as_mut() else {
+        job.emit(Event::Token { id, text });
+        return;
+    };
+    let out = p.push(&text);
+    job.emit(Event::Token { id, text: out.text });
+    for e in out.events {
+        job.emit(e);
     }
 }
 
@@ -606,11 +620,23 @@ pub(crate) fn finish(job: &mut Job, s: &mut Session, core: &mut Core, reason: St
             job.emit(Event::Reasoning { text: tail });
         }
     }
+    let mut text = String::new();
     if !matches!(reason, StopReason::StopString(_)) {
-        let text = flush_text(job);
-        if !text.is_empty() {
-            job.emit(Event::Text { text });
-        }
+        text = flush_text(job);
+    }
+    let mut calls = Vec::new();
+    if let Some(p) = job.tools.as_mut() {
+        let (mut out, end) = (p.push(&text), p.finish());
+        out.text.push_str(&end.text);
+        text = out.text;
+        calls = out.events;
+        calls.extend(end.events);
+    }
+    if !text.is_empty() {
+        job.emit(Event::Text { text });
+    }
+    for e in calls {
+        job.emit(e);
     }
     tracing::debug!(
         request = job.id.0,

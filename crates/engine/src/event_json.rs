@@ -40,7 +40,8 @@ impl DoneStats {
 
 impl Event {
     /// The event's name in JSON: `token`, `text`, `reasoning`, `context_trimmed`, `cache_evicted`,
-    /// `spilled`, `restored`, `resumed`, `done`.
+    /// `spilled`, `restored`, `resumed`, `done`, `tool_call_start`, `tool_call_arguments`,
+    /// `tool_call_end`, `tool_call_unfinished`.
     pub fn name(&self) -> &'static str {
         match self {
             Event::Token { .. } => "token",
@@ -52,6 +53,10 @@ impl Event {
             Event::Restored => "restored",
             Event::Resumed { .. } => "resumed",
             Event::Done(_) => "done",
+            Event::ToolCallStart { .. } => "tool_call_start",
+            Event::ToolCallArguments { .. } => "tool_call_arguments",
+            Event::ToolCallEnd { .. } => "tool_call_end",
+            Event::ToolCallUnfinished { .. } => "tool_call_unfinished",
         }
     }
 
@@ -60,7 +65,14 @@ impl Event {
     pub fn is_memory(&self) -> bool {
         !matches!(
             self,
-            Event::Token { .. } | Event::Text { .. } | Event::Reasoning { .. } | Event::Done(_)
+            Event::Token { .. }
+                | Event::Text { .. }
+                | Event::Reasoning { .. }
+                | Event::Done(_)
+                | Event::ToolCallStart { .. }
+                | Event::ToolCallArguments { .. }
+                | Event::ToolCallEnd { .. }
+                | Event::ToolCallUnfinished { .. }
         )
     }
 
@@ -93,6 +105,16 @@ impl Event {
                 "reason": reason,
             }),
             Event::Done(d) => d.to_json(),
+            Event::ToolCallStart { index, id, name } => {
+                json!({"index": index, "id": id, "name": name})
+            }
+            Event::ToolCallArguments { index, text }
+            | Event::ToolCallUnfinished { index, text } => {
+                json!({"index": index, "text": text})
+            }
+            Event::ToolCallEnd { index, arguments } => {
+                json!({"index": index, "arguments": arguments})
+            }
         };
         v["event"] = json!(self.name());
         v

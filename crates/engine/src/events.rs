@@ -171,4 +171,37 @@ pub enum Event {
     },
     /// The generation finished; always the last event of a successful stream.
     Done(DoneStats),
+    /// A tool call began ([`crate::tools`]): its index in this answer, its id (`call_…`) and
+    /// the function's name.
+    ToolCallStart {
+        /// Index of the call in this answer (0, 1, ...).
+        index: usize,
+        /// The call's id, for the `tool` message that answers it.
+        id: String,
+        /// The function.
+        name: String,
+    },
+    /// More of a tool call's arguments, as they are generated (JSON text; the pieces of one
+    /// call concatenate to its arguments).
+    ToolCallArguments {
+        /// Index of the call.
+        index: usize,
+        /// The next piece.
+        text: String,
+    },
+    /// A tool call ended; its arguments are a complete JSON value.
+    ToolCallEnd {
+        /// Index of the call.
+        index: usize,
+        /// The whole arguments.
+        arguments: String,
+    },
+    /// The answer ended inside a tool call (max tokens, a stop string, a cancellation): the
+    /// call is incomplete and must not be run.
+    ToolCallUnfinished {
+        /// Index of the call.
+        index: usize,
+        /// What was written of it.
+        text: String,
+    },
 }

@@ -192,20 +192,20 @@ impl EngineHandle {
     /// token generated so far stay in its history and State (the last sampled token is
     /// computed with the next request), so the next turn continues from there.
     pub async fn generate(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
-        let constraint = match req.sampling.grammar.clone() {
+        let (req, prepared) = if needs_preparing(&req) {
             // Compiling takes milliseconds (the first grammar also builds the vocabulary's
             // trie): off the async runtime's workers and off the engine thread.
-            Some(g) => {
-                let grammars = self.inner.grammars.clone();
-                let compiled = tokio::task::spawn_blocking(move || grammars.constraint(&g));
-                let c = compiled
-                    .await
-                    .map_err(|e| EngineError::Internal(format!("grammar compilation: {e}")))?;
-                Some(c?)
-            }
-            None => None,
+            let grammars = self.inner.grammars.clone();
+            let job = tokio::task::spawn_blocking(move || {
+                let mut req = req;
+                prepare(&grammars, &mut req).map(|p| (req, p))
+            });
+            job.await
+                .map_err(|e| EngineError::Internal(format!("grammar compilation: {e}")))??
+        } else {
+            (req, Prepared::default())
         };
-        let (mut stream, cmd, accepted) = self.submission(req, constraint);
+        let (mut stream, cmd, accepted) = self.submission(req, prepared);
         let tx = self.inner.sender()?;
         tx.send(cmd).await.map_err(|_| EngineError::ShuttingDown)?;
         stream.session = Inner::answer(&tx, accepted.await)?;
@@ -215,12 +215,12 @@ impl EngineHandle {
     /// [`EngineHandle::generate`] for callers without an async runtime (the C ABI): blocks
     /// the calling thread until the engine accepted or refused the request. Must not be called
     /// from within a tokio runtime.
-    pub fn generate_blocking(&self, req: GenerateRequest) -> Result<GenerationStream, EngineError> {
-        let constraint = match &req.sampling.grammar {
-            Some(g) => Some(self.inner.grammars.constraint(g)?),
-            None => None,
-        };
-        let (mut stream, cmd, accepted) = self.submission(req, constraint);
+    pub fn generate_blocking(
+        &self,
+        mut req: GenerateRequest,
+    ) -> Result<GenerationStream, EngineError> {
+        let prepared = prepare(&self.inner.grammars, &mut req)?;
+        let (mut stream, cmd, accepted) = self.submission(req, prepared);
         let tx = self.inner.sender()?;
         tx.blocking_send(cmd)
             .map_err(|_| EngineError::ShuttingDown)?;
@@ -234,7 +234,7 @@ impl EngineHandle {
     fn submission(
         &self,
         req: GenerateRequest,
-        constraint: Option<crate::sampling::Constraint>,
+        prepared: Prepared,
     ) -> (
         GenerationStream,
         Command,
@@ -258,7 +258,8 @@ impl EngineHandle {
             req: Box::new(req),
             tx,
             cancel,
-            constraint: constraint.map(Box::new),
+            constraint: prepared.constraint.map(Box::new),
+            tool_format: prepared.tool_format,
             accepted,
         };
         (stream, cmd, verdict)
@@ -535,4 +536,42 @@ impl Drop for GenerationStream {
         self.cancel.store(true, Ordering::Relaxed);
         self.engine.cancels().remove(&self.id);
     }
+}
+
+/// What a request needs compiled before the engine takes it.
+#[derive(Debug, Default)]
+struct Prepared {
+    /// Its constraint (its grammar, or its tools').
+    constraint: Option<crate::sampling::Constraint>,
+    /// The format its tool calls are parsed in.
+    tool_format: Option<crate::tools::ToolFormat>,
+}
+
+fn needs_preparing(req: &GenerateRequest) -> bool {
+    req.sampling.grammar.is_some() || req.input.tools().is_some()
+}
+
+/// Sets up the request's tools (their grammar becomes the request's) and compiles its
+/// grammar.
+fn prepare(
+    grammars: &crate::sampling::constraint::Grammars,
+    req: &mut GenerateRequest,
+) -> Result<Prepared, EngineError> {
+    let mut prepared = Prepared::default();
+    if let Some(tools) = req.input.tools() {
+        let setup = tools.setup(grammars.model().tokenizer())?;
+        if setup.grammar.is_some() && req.sampling.grammar.is_some() {
+            return Err(EngineError::InvalidRequest(
+                "tools and a grammar both constrain the answer: give one".into(),
+            ));
+        }
+        if setup.grammar.is_some() {
+            req.sampling.grammar = setup.grammar;
+        }
+        prepared.tool_format = setup.parse.then_some(setup.format);
+    }
+    if let Some(g) = &req.sampling.grammar {
+        prepared.constraint = Some(grammars.constraint(g)?);
+    }
+    Ok(prepared)
 }

@@ -73,6 +73,8 @@ pub(crate) struct Job {
     pub prompt_done: bool,
     /// Context index in the State where the answer begins (kept current across trims).
     pub answer_start: usize,
+    /// Reads tool calls out of the answer (the request offers tools).
+    pub tools: Option<crate::tools::ToolCallParser>,
     /// Prompt-lookup speculation (`None`: off).
     pub spec: Option<crate::speculate::Speculation>,
     /// When the engine received the request.
@@ -115,6 +117,7 @@ impl Job {
                 crate::speculate::Speculation::new(p.lookup, p.ngram_max)
             }),
             sampler,
+            tools: None,
             stop: StopMatcher::new(&req.stop),
             detok: None,
             reasoning: crate::reasoning::ReasoningSplit::default(),

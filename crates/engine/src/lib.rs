@@ -60,6 +60,7 @@ pub mod sampling;
 mod sessions;
 pub mod speculate;
 mod text;
+pub mod tools;
 
 use memory::{budget, footprint, pressure, tier};
 pub use sampling::{dry, rng, stop};

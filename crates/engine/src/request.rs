@@ -32,6 +32,9 @@ pub struct Conversation {
     /// Template variables of this request (`chat_template_kwargs`); they take precedence over
     /// the session's ([`SessionOptions::template_vars`]).
     pub vars: TemplateVars,
+    /// Functions the answer may call ([`crate::tools`]): shown to the model, enforced by a
+    /// constraint, and parsed out of the answer as tool-call events.
+    pub tools: Option<crate::tools::Tools>,
 }
 
 impl From<Vec<ChatMessage>> for Conversation {
@@ -39,6 +42,18 @@ impl From<Vec<ChatMessage>> for Conversation {
         Conversation {
             messages,
             vars: TemplateVars::new(),
+            tools: None,
+        }
+    }
+}
+
+impl Input {
+    /// The tools of a chat input (also one encoded ahead).
+    pub fn tools(&self) -> Option<&crate::tools::Tools> {
+        match self {
+            Input::Chat(c) => c.tools.as_ref(),
+            Input::Encoded(e) => e.input.tools(),
+            _ => None,
         }
     }
 }

@@ -69,8 +69,11 @@ pub(crate) fn tokenize(
             })
         }
         Input::Chat(c) => {
-            let conv = with_system(&c.messages, system);
-            let vars = merged(&opts.template_vars, &c.vars);
+            let mut conv = with_system(&c.messages, system);
+            let mut vars = merged(&opts.template_vars, &c.vars);
+            if let Some(t) = &c.tools {
+                t.shape_prompt(tok, &mut conv, &mut vars);
+            }
             // Message contents are text: only the template's markers are control tokens.
             let ids = tok.encode_chat_with(&conv, true, &vars)?;
             let pinned = match conv.first() {

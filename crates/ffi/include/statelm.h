@@ -264,6 +264,26 @@ typedef enum StatelmEventKind {
    * of the answer.
    */
   STATELM_EVENT_KIND_REASONING = 10,
+  /**
+   * A tool call began (the request's input had `"tools"`): `text` is the function's name;
+   * `json` has `index` (of the call in this answer), `id` and `name`.
+   */
+  STATELM_EVENT_KIND_TOOL_CALL_START = 11,
+  /**
+   * More of a tool call's arguments as they are generated: `text` is the next piece of
+   * JSON; `json` has `index`. The pieces of one call concatenate to its arguments.
+   */
+  STATELM_EVENT_KIND_TOOL_CALL_ARGUMENTS = 12,
+  /**
+   * A tool call ended: `text` is its whole arguments (valid JSON); `json` has `index` and
+   * `arguments`. Run the function and answer with a `"tool"` message.
+   */
+  STATELM_EVENT_KIND_TOOL_CALL_END = 13,
+  /**
+   * The answer ended inside a tool call (max tokens, a stop): `text` is what was written of
+   * it. The call is incomplete: do not run it.
+   */
+  STATELM_EVENT_KIND_TOOL_CALL_UNFINISHED = 14,
 } StatelmEventKind;
 
 /**

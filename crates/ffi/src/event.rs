@@ -48,6 +48,18 @@ pub enum StatelmEventKind {
     /// token follows with no text. Show it apart (dimmed, folded) or drop it; it is not part
     /// of the answer.
     Reasoning = 10,
+    /// A tool call began (the request's input had `"tools"`): `text` is the function's name;
+    /// `json` has `index` (of the call in this answer), `id` and `name`.
+    ToolCallStart = 11,
+    /// More of a tool call's arguments as they are generated: `text` is the next piece of
+    /// JSON; `json` has `index`. The pieces of one call concatenate to its arguments.
+    ToolCallArguments = 12,
+    /// A tool call ended: `text` is its whole arguments (valid JSON); `json` has `index` and
+    /// `arguments`. Run the function and answer with a `"tool"` message.
+    ToolCallEnd = 13,
+    /// The answer ended inside a tool call (max tokens, a stop): `text` is what was written of
+    /// it. The call is incomplete: do not run it.
+    ToolCallUnfinished = 14,
 }
 
 /// Why a generation ended (DONE events).
@@ -205,6 +217,10 @@ impl OwnedEvent {
                 e.stop_reason = stop_reason(&stats.stop_reason).0;
                 e
             }
+            Event::ToolCallStart { name, .. } => e.with_text(&name).of(K::ToolCallStart),
+            Event::ToolCallArguments { text, .. } => e.with_text(&text).of(K::ToolCallArguments),
+            Event::ToolCallEnd { arguments, .. } => e.with_text(&arguments).of(K::ToolCallEnd),
+            Event::ToolCallUnfinished { text, .. } => e.with_text(&text).of(K::ToolCallUnfinished),
             _ => e,
         };
         e.with_json(json)

@@ -121,7 +121,15 @@ pub(crate) fn session_options(json: Option<&str>) -> Result<SessionOptions, FfiE
 #[serde(deny_unknown_fields)]
 struct MessageJson {
     role: String,
+    #[serde(default)]
     content: String,
+    /// An assistant message's calls: `[{"id", "type": "function", "function": {"name",
+    /// "arguments": {...}}}]`.
+    #[serde(default)]
+    tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message's call id.
+    #[serde(default)]
+    tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -130,13 +138,17 @@ struct InputJson {
     prompt: Option<String>,
     messages: Option<Vec<MessageJson>>,
     chat_template_kwargs: Option<TemplateVars>,
+    /// With `messages`: the functions the answer may call.
+    tools: Option<statelm_engine::tools::Tools>,
     append: Option<String>,
     user_turn: Option<String>,
     tokens: Option<Vec<u32>>,
 }
 
 /// The generation input: exactly one of `{"prompt": "..."}`, `{"messages": [{"role",
-/// "content"}, ...]}` (with `"chat_template_kwargs": {...}` if wanted), `{"append": "..."}`,
+/// "content"}, ...]}` (with `"chat_template_kwargs": {...}` and `"tools": {"tools": [{"name",
+/// "description", "parameters"}], "choice": "auto"|"required"|"none"|{"function": NAME},
+/// "parallel": true}` if wanted), `{"append": "..."}`,
 /// `{"user_turn": "..."}` or `{"tokens": [ids]}`.
 pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
     let j: InputJson = parse(Some(json), "input")?;
@@ -146,6 +158,11 @@ pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
              a session option)",
         ));
     }
+    if j.tools.is_some() && j.messages.is_none() {
+        return Err(FfiError::invalid(
+            "input JSON: \"tools\" goes with \"messages\"",
+        ));
+    }
     let mut found = Vec::new();
     if let Some(p) = j.prompt {
         found.push(Input::Text(p));
@@ -153,9 +170,14 @@ pub(crate) fn input(json: &str) -> Result<Input, FfiError> {
     if let Some(m) = j.messages {
         found.push(Input::Chat(Conversation {
             messages: (m.into_iter())
-                .map(|m| ChatMessage::new(m.role, m.content))
+                .map(|m| ChatMessage {
+                    tool_calls: m.tool_calls,
+                    tool_call_id: m.tool_call_id,
+                    ..ChatMessage::new(m.role, m.content)
+                })
                 .collect(),
             vars: checked_vars(j.chat_template_kwargs)?,
+            tools: j.tools,
         }));
     }
     if let Some(a) = j.append {

@@ -472,3 +472,59 @@ fn a_grammar_in_the_params_constrains_the_answer() {
         last_error()
     );
 }
+
+/// Collects tool-call events: (kind, text).
+#[derive(Default)]
+struct ToolEvents {
+    seen: Mutex<Vec<(StatelmEventKind, String)>>,
+}
+
+unsafe extern "C" fn on_tool(user_data: *mut c_void, ev: *const StatelmEvent) {
+    // SAFETY: `user_data` is the test's `ToolEvents`, alive until the request is waited for;
+    // `ev` and its text are valid during the call.
+    let (t, ev) = unsafe { (&*(user_data as *const ToolEvents), &*ev) };
+    // SAFETY: `text` has `text_len` valid bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(ev.text.cast::<u8>(), ev.text_len) };
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    t.seen.lock().unwrap().push((ev.kind, text));
+}
+
+#[test]
+fn tools_in_the_input_give_tool_call_events() {
+    let f = fixture();
+    let s = session(f.engine);
+    let input = cr#"{"messages":[{"role":"user","content":"hi"}],"tools":{"tools":[{"name":"pick","parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"],"additionalProperties":false}}],"choice":"required","parallel":false}}"#;
+    let events = ToolEvents::default();
+    let mut req = 0;
+    // SAFETY: valid C strings, callback, `events` outlives the request (waited for below).
+    let rc = unsafe {
+        statelm_generate(
+            f.engine,
+            s,
+            input.as_ptr(),
+            c"{\"max_tokens\":80,\"temperature\":0}".as_ptr(),
+            Some(on_tool),
+            std::ptr::from_ref(&events).cast_mut().cast(),
+            &mut req,
+        )
+    };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    assert_eq!(statelm_wait(f.engine, req, 60_000), STATELM_OK);
+    let seen = events.seen.lock().unwrap();
+    let of = |k: StatelmEventKind| -> Vec<String> {
+        seen.iter()
+            .filter(|e| e.0 == k)
+            .map(|e| e.1.clone())
+            .collect()
+    };
+    assert_eq!(
+        of(StatelmEventKind::ToolCallStart),
+        vec!["pick".to_string()],
+        "{:?}",
+        *seen
+    );
+    let args = of(StatelmEventKind::ToolCallArguments).concat();
+    assert_eq!(of(StatelmEventKind::ToolCallEnd), vec![args.clone()]);
+    let v: serde_json::Value = serde_json::from_str(&args).expect(&args);
+    assert!(v["n"].as_u64().is_some_and(|n| n <= 9), "{v}");
+}

@@ -48,10 +48,11 @@ fn event_header_item(ev: &Value) -> String {
     }
 }
 
-/// OpenAI's `finish_reason`.
-pub(crate) fn finish_reason(r: &StopReason) -> &'static str {
+/// OpenAI's `finish_reason` of an answer that made `calls` finished tool calls.
+pub(crate) fn finish_reason_after(r: &StopReason, calls: usize) -> &'static str {
     match r {
         StopReason::MaxTokens => "length",
+        _ if calls > 0 => "tool_calls",
         _ => "stop",
     }
 }
@@ -148,11 +149,25 @@ impl Shape {
         c
     }
 
-    /// A whole (non-streaming) reply: the answer, and the thinking blocks' text as
-    /// `reasoning_content` when there was any.
-    pub fn response(&self, text: (&str, &str), d: &DoneStats, events: &[Value]) -> Value {
+    /// A tool-call delta chunk (chat streams).
+    pub fn tool_chunk(&self, delta: Value) -> Value {
+        let mut choice = self.choice(None, false, None);
+        choice["delta"] = delta;
+        self.chunk(json!([choice]))
+    }
+
+    /// A whole (non-streaming) reply: the answer, its tool calls, and the thinking blocks'
+    /// text as `reasoning_content` when there was any. Calls cut off are not in
+    /// `tool_calls`: `statelm.unfinished_tool_calls` has their text.
+    pub fn response(
+        &self,
+        text: (&str, &str),
+        calls: &crate::tools::Calls,
+        d: &DoneStats,
+        events: &[Value],
+    ) -> Value {
         let (text, reasoning) = text;
-        let reason = finish_reason(&d.stop_reason);
+        let reason = finish_reason_after(&d.stop_reason, calls.done.len());
         let (object, mut choice) = match self.kind {
             Kind::Chat => (
                 "chat.completion",
@@ -170,9 +185,19 @@ impl Shape {
                 Kind::Completion => choice["reasoning_content"] = json!(reasoning),
             }
         }
+        if !calls.done.is_empty() {
+            choice["message"]["tool_calls"] = json!(calls.done);
+            if text.is_empty() {
+                choice["message"]["content"] = Value::Null;
+            }
+        }
+        let mut statelm = statelm_summary(d, events);
+        if !calls.unfinished.is_empty() {
+            statelm["unfinished_tool_calls"] = json!(calls.unfinished);
+        }
         json!({
             "id": self.id, "object": object, "created": self.created, "model": self.model,
-            "choices": [choice], "usage": usage(d), "statelm": statelm_summary(d, events),
+            "choices": [choice], "usage": usage(d), "statelm": statelm,
         })
     }
 }
@@ -236,10 +261,10 @@ mod tests {
             c["choices"][0]["delta"],
             json!({"reasoning_content": "hmm"})
         );
-        let r = s.response(("42", "hmm"), &done(), &[]);
+        let r = s.response(("42", "hmm"), &Default::default(), &done(), &[]);
         assert_eq!(r["choices"][0]["message"]["content"], "42");
         assert_eq!(r["choices"][0]["message"]["reasoning_content"], "hmm");
-        let plain = s.response(("42", ""), &done(), &[]);
+        let plain = s.response(("42", ""), &Default::default(), &done(), &[]);
         assert!(plain["choices"][0]["message"]
             .get("reasoning_content")
             .is_none());
@@ -261,7 +286,7 @@ mod tests {
         assert_eq!(c["statelm"]["event"], "context_trimmed");
         assert_eq!(c["choices"][0]["text"], "");
         assert!(event_json(&Event::Text { text: "x".into() }).is_none());
-        let r = shape(Kind::Chat).response(("hey", ""), &done(), &[]);
+        let r = shape(Kind::Chat).response(("hey", ""), &Default::default(), &done(), &[]);
         assert_eq!(r["usage"]["total_tokens"], 13);
         assert_eq!(r["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
         assert_eq!(r["choices"][0]["message"]["content"], "hey");

@@ -46,6 +46,8 @@ pub(crate) enum Item {
     Reasoning(String),
     /// A memory event, as JSON.
     Memory(Value),
+    /// A tool-call event.
+    Tool(Event),
     /// The end.
     Done(DoneStats),
 }
@@ -59,6 +61,10 @@ pub(crate) fn classify(ev: Event) -> Option<Item> {
         Event::Token { text, .. } | Event::Text { text } => Some(Item::Text(text)),
         Event::Reasoning { text } => Some(Item::Reasoning(text)),
         Event::Done(d) => Some(Item::Done(d)),
+        e @ (Event::ToolCallStart { .. }
+        | Event::ToolCallArguments { .. }
+        | Event::ToolCallEnd { .. }
+        | Event::ToolCallUnfinished { .. }) => Some(Item::Tool(e)),
         _ => None,
     }
 }
@@ -116,6 +122,8 @@ pub(crate) struct Collected {
     pub text: String,
     /// The thinking blocks' text (`reasoning_content`).
     pub reasoning: String,
+    /// The answer's tool calls.
+    pub calls: crate::tools::Calls,
     pub events: Vec<Value>,
     pub done: DoneStats,
 }
@@ -142,6 +150,7 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Fai
     let mut aborting = false;
     let mut timed_out = false;
     let (mut text, mut reasoning) = (String::new(), String::new());
+    let mut calls = crate::tools::Calls::default();
     let mut events = Vec::new();
     let mut next = Some(Ok(first));
     loop {
@@ -170,10 +179,12 @@ pub(crate) async fn collect(app: &AppState, s: Started) -> Result<Collected, Fai
                     Some(Item::Text(t)) => text.push_str(&t),
                     Some(Item::Reasoning(t)) => reasoning.push_str(&t),
                     Some(Item::Memory(v)) => events.push(v),
+                    Some(Item::Tool(e)) => calls.note(&e),
                     Some(Item::Done(done)) => {
                         return Ok(Collected {
                             text,
                             reasoning,
+                            calls,
                             events,
                             done,
                         })

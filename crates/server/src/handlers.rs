@@ -166,6 +166,11 @@ async fn chat_completions(
         let conversation = Conversation {
             messages: chat_messages(&req.messages)?,
             vars: template_vars(&req.chat_template_kwargs)?,
+            tools: crate::tools::tools_of(
+                req.tools.as_ref(),
+                req.tool_choice.as_ref(),
+                req.parallel_tool_calls,
+            )?,
         };
         let slot = app.gate.enter().await?;
         let encoded = app.encode(Input::Chat(conversation)).await?;
@@ -256,7 +261,7 @@ async fn respond(
         // The memory notices it carried go out with the error: none is lost.
         Err(f) => return Ok(f.error.into_response_with_events(&f.events)),
     };
-    let body = shape.response((&c.text, &c.reasoning), &c.done, &c.events);
+    let body = shape.response((&c.text, &c.reasoning), &c.calls, &c.done, &c.events);
     let mut resp = Json(body).into_response();
     add_event_header(&mut resp, &c.events);
     Ok(resp)

@@ -46,6 +46,7 @@ mod state;
 mod stream;
 mod structured;
 mod tenant;
+mod tools;
 
 pub use config::ServerConfig;
 pub use error::ServerError;

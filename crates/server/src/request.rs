@@ -128,6 +128,12 @@ pub(crate) struct Message {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant message's tool calls (OpenAI's shape: arguments as a JSON string).
+    #[serde(default)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message's call id.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -138,6 +144,15 @@ pub(crate) struct ChatRequest {
     /// Qwen3's `enable_thinking`.
     #[serde(default)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Functions the model may call (`crate::tools`).
+    #[serde(default)]
+    pub tools: Option<serde_json::Value>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name": ...}}`.
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Several calls in one answer (default true).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -224,7 +239,10 @@ pub(crate) fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, Ap
                 Some(Content::Text(t)) => t.clone(),
                 Some(Content::Parts(parts)) => text_of_parts(parts, i)?,
             };
-            Ok(ChatMessage::new(role, content))
+            let mut msg = ChatMessage::new(role, content);
+            msg.tool_calls = crate::tools::message_calls(m.tool_calls.as_deref(), i)?;
+            msg.tool_call_id = m.tool_call_id.clone();
+            Ok(msg)
         })
         .collect()
 }

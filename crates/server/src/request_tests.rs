@@ -63,10 +63,12 @@ fn bad_parameters_are_400s_naming_the_field() {
         (r#"{"echo": true}"#, "echo"),
         (r#"{"suffix": "}"}"#, "suffix"),
         (r#"{"best_of": 3}"#, "best_of"),
+        (r#"{"response_format": {"type": "xml"}}"#, "response_format"),
         (
-            r#"{"response_format": {"type": "json_object"}}"#,
+            r#"{"response_format": {"type": "json_schema"}}"#,
             "response_format",
         ),
+        (r#"{"regex": "a", "grammar": "x"}"#, "grammar"),
         (r#"{"tools": [{"type": "function"}]}"#, "tools"),
         (r#"{"tool_choice": "auto"}"#, "tool_choice"),
         (r#"{"functions": [{}]}"#, "functions"),

@@ -4,7 +4,7 @@
 //! When the client goes away the body (the channel's receiver) is dropped; the task sees it and
 //! drops the engine stream, which cancels the generation within one token.
 
-use crate::format::{finish_reason, Shape};
+use crate::format::{finish_reason_after, Shape};
 use crate::generate::{classify, Item, Started};
 use crate::state::AppState;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -67,6 +67,7 @@ async fn forward(
     shape: &Shape,
     tx: &mpsc::Sender<String>,
     events: &mut Vec<Value>,
+    calls: &mut usize,
     include_usage: bool,
     ev: statelm_engine::Event,
 ) -> Flow {
@@ -78,8 +79,24 @@ async fn forward(
             events.push(v);
             ok
         }
+        Some(Item::Tool(e)) => {
+            if matches!(e, statelm_engine::Event::ToolCallEnd { .. }) {
+                *calls += 1;
+            }
+            match (crate::tools::delta(&e), &e) {
+                (Some(delta), _) => send(tx, &shape.tool_chunk(delta)).await,
+                (None, statelm_engine::Event::ToolCallUnfinished { .. }) => {
+                    let v = e.to_json();
+                    let ok = send(tx, &shape.event_chunk(v.clone())).await;
+                    events.push(v);
+                    ok
+                }
+                (None, _) => true,
+            }
+        }
         Some(Item::Done(d)) => {
-            let mut ok = send(tx, &shape.finish_chunk(finish_reason(&d.stop_reason))).await;
+            let finish = finish_reason_after(&d.stop_reason, *calls);
+            let mut ok = send(tx, &shape.finish_chunk(finish)).await;
             if ok && include_usage {
                 ok = send(tx, &shape.usage_chunk(&d, events)).await;
             }
@@ -109,6 +126,7 @@ async fn drive(
     let mut timed_out = false;
     let mut noted = false;
     let mut events = Vec::new();
+    let mut calls = 0;
     if let Some(role) = shape.role_chunk() {
         if !send(&tx, &role).await {
             app.metrics.disconnects.fetch_add(1, Ordering::Relaxed);
@@ -144,7 +162,7 @@ async fn drive(
             },
         };
         let flow = match item {
-            Some(Ok(ev)) => forward(&shape, &tx, &mut events, include_usage, ev).await,
+            Some(Ok(ev)) => forward(&shape, &tx, &mut events, &mut calls, include_usage, ev).await,
             Some(Err(e)) => {
                 let err = crate::error::ApiError::from(e);
                 tracing::warn!(error = %err.message, "generation failed mid-stream");

@@ -16,6 +16,13 @@ pub struct ChatMessage {
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant message's tool calls, as templates read them: `[{"type": "function",
+    /// "function": {"name": ..., "arguments": {...}}, "id": ...}]` (arguments as an object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message's answer to this call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -24,6 +31,8 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -133,6 +142,8 @@ const NAME: &str = "chat";
 #[derive(Debug)]
 pub(crate) struct ChatTemplate {
     source: TemplateSource,
+    /// The template's text.
+    text: String,
     /// The environment holding the template, or the compile error.
     env: Result<Environment<'static>, String>,
     bos_token: String,
@@ -160,12 +171,13 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
         env.add_function("raise_exception", raise_exception);
-        let env = match env.add_template_owned(NAME, text) {
+        let env = match env.add_template_owned(NAME, text.clone()) {
             Ok(()) => Ok(env),
             Err(e) => Err(format!("{e:#}")),
         };
         ChatTemplate {
             source,
+            text,
             env,
             bos_token,
             eos_token,
@@ -174,6 +186,10 @@ impl ChatTemplate {
 
     pub fn source(&self) -> TemplateSource {
         self.source
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     fn error(&self, message: String) -> TokenizerError {

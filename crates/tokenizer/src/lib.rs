@@ -356,6 +356,11 @@ impl Tokenizer {
     pub fn chat_template_source(&self) -> TemplateSource {
         self.chat.source()
     }
+
+    /// The chat template's Jinja source (the file's, or the built-in one in use).
+    pub fn chat_template_text(&self) -> &str {
+        self.chat.text()
+    }
 }
 
 impl std::fmt::Debug for Tokenizer {

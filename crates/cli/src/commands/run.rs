@@ -143,6 +143,7 @@ impl RunArgs {
         Input::Chat(statelm_engine::Conversation {
             messages,
             vars: self.chat_template_kwargs.clone().unwrap_or_default(),
+            tools: None,
         })
     }
 }

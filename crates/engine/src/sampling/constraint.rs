@@ -187,6 +187,11 @@ impl Grammars {
         }
     }
 
+    /// The model whose vocabulary this compiles for.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
     /// Builds llguidance's view of the vocabulary now (the first [`Grammars::constraint`]
     /// does otherwise).
     pub fn prepare(&self) -> Result<(), EngineError> {

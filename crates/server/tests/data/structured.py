@@ -15,7 +15,7 @@ import pydantic
 
 c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=0)
 MODEL = os.environ["MODEL"]
-cases = json.load(open(os.environ["SCHEMAS"]))
+cases = json.load(open(os.path.join(os.environ["DATA"], "schemas.json")))
 out = {"ok": 0, "failures": [], "answers": []}
 
 

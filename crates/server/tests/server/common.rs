@@ -166,3 +166,49 @@ pub fn no_eog(model: &Model) -> serde_json::Value {
         .collect();
     serde_json::Value::Object(bias)
 }
+
+/// Runs `tests/data/SCRIPT` (a Python script using the stock `openai` client) against a server
+/// on Qwen2.5-Coder, with `BASE`, `KEY`, `MODEL` and `DATA` (the data directory) in its
+/// environment; returns its last stdout line as JSON (`None`: the model is not here).
+pub async fn qwen_script(script: &str) -> Option<serde_json::Value> {
+    assert!(
+        have_openai(),
+        "the `openai` Python package is missing (scripts/test installs it)"
+    );
+    let model = qwen()?;
+    let server = start_with(model, "qwen2.5-coder-0.5b", |_, _| {}).await;
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    let (stdout, stderr) = python_with(
+        vec![format!("{data}/{script}")],
+        vec![
+            ("BASE", server.url()),
+            ("KEY", KEY.into()),
+            ("MODEL", "qwen2.5-coder-0.5b".into()),
+            ("DATA", data.into()),
+        ],
+    )
+    .await;
+    let out = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    Some(out)
+}
+
+/// Posts a one-message chat request with the fields of `extra` added, expects a 400, and
+/// returns its `error` object.
+pub async fn chat_400(server: &TestServer, extra: &serde_json::Value) -> serde_json::Value {
+    let mut body =
+        serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let r = crate::http::request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        Some(KEY),
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{body}: {}", r.text());
+    r.json()["error"].clone()
+}

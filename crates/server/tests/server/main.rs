@@ -12,4 +12,5 @@ mod leaks;
 mod lifecycle;
 mod structured;
 mod thinking;
+mod tools;
 mod trimmed_chat;

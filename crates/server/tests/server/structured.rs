@@ -6,33 +6,13 @@
 //! `grammar` fields on `/v1/completions`. Then every kind of bad constraint is a 400 before
 //! any token.
 
-use crate::common::{have_openai, python_with, qwen, start_with, KEY};
-use crate::http::request;
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+use crate::common::{chat_400, qwen, qwen_script, start_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_schemas_regexes_and_grammars_through_the_openai_client() {
-    assert!(
-        have_openai(),
-        "the `openai` Python package is missing (scripts/test installs it)"
-    );
-    let Some(model) = qwen() else {
+    let Some(out) = qwen_script("structured.py").await else {
         return;
     };
-    let server = start_with(model, "qwen2.5-coder-0.5b", |_, _| {}).await;
-    let (stdout, stderr) = python_with(
-        vec![format!("{DATA}/structured.py")],
-        vec![
-            ("BASE", server.url()),
-            ("KEY", KEY.into()),
-            ("MODEL", "qwen2.5-coder-0.5b".into()),
-            ("SCHEMAS", format!("{DATA}/schemas.json")),
-        ],
-    )
-    .await;
-    let out: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
     for a in out["answers"].as_array().unwrap() {
         eprintln!("{a}");
     }
@@ -55,7 +35,6 @@ async fn bad_constraints_are_refused_before_generation() {
         return;
     };
     let server = start_with(model, "qwen2.5-coder-0.5b", |_, _| {}).await;
-    let msgs = serde_json::json!([{"role": "user", "content": "hi"}]);
     let schema = |s: serde_json::Value| serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": s}});
     let cases = [
         (
@@ -95,26 +74,11 @@ async fn bad_constraints_are_refused_before_generation() {
         ),
     ];
     for (extra, param, words) in cases {
-        let mut body = serde_json::json!({"messages": msgs, "max_tokens": 4});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        let r = request(
-            server.addr,
-            "POST",
-            "/v1/chat/completions",
-            Some(KEY),
-            body.to_string().as_bytes(),
-        )
-        .await;
-        assert_eq!(r.status, 400, "{body}: {}", r.text());
-        let err = &r.json()["error"];
-        assert!(
-            err["message"].as_str().unwrap().contains(words),
-            "{body}: {err}"
-        );
+        let err = chat_400(&server, &extra).await;
+        let message = err["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{extra}: {err}");
         if let Some(p) = param {
-            assert_eq!(err["param"], p, "{body}: {err}");
+            assert_eq!(err["param"], p, "{extra}: {err}");
         }
     }
     let m = server.engine.stats().await;
