@@ -123,3 +123,60 @@ async fn generic_format_calls_are_events_and_cut_off_calls_are_unfinished() {
     .await;
     assert!(next.error.is_none(), "{next:?}");
 }
+
+/// A Llama 3.1-style template: the tools in the system turn, tool results in `ipython` turns.
+const LLAMA3: &str = "{% if tools %}<|start_header_id|>system<|end_header_id|>\n\nEnvironment: \
+ipython\nCall a function with a JSON object.\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}\
+<|eot_id|>{% endif %}{% for m in messages %}{% if m.role == 'tool' %}\
+{{ '<|start_header_id|>ipython<|end_header_id|>\n\n' }}{% else %}<|start_header_id|>\
+{{ m.role }}<|end_header_id|>\n\n{% endif %}{{ m.content }}<|eot_id|>{% endfor %}\
+{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}";
+
+#[tokio::test]
+async fn the_llama3_format_gives_parameters_calls() {
+    use statelm_model::testing::{write_synthetic_model_with, SyntheticSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("llama3.gguf");
+    write_synthetic_model_with(
+        &path,
+        &SyntheticSpec::tiny(statelm_model::Arch::Llama),
+        |w| {
+            w.set(
+                "tokenizer.chat_template",
+                statelm_gguf::Value::String(LLAMA3.into()),
+            );
+        },
+    )
+    .unwrap();
+    let model = statelm_model::Model::load(&path, &Default::default()).unwrap();
+    let format = statelm_engine::tools::ToolFormat::detect(model.tokenizer());
+    assert_eq!(format, statelm_engine::tools::ToolFormat::Llama3);
+    let e = Engine::start(model, common::config(dir.path()));
+    let s = e.create_session(SessionOptions::default()).await.unwrap();
+    let pick = Tools {
+        tools: vec![ToolSpec {
+            name: "pick".into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object", "properties": {
+                "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+                "required": ["n"], "additionalProperties": false}),
+        }],
+        choice: ToolChoice::Required,
+        parallel: false,
+    };
+    let input = ask(vec![ChatMessage::new("user", "hi")], pick);
+    let req = GenerateRequest {
+        sampling: SamplingParams::greedy(),
+        ..GenerateRequest::new(s, input, 60)
+    };
+    let run = collect(e.generate(req).await.unwrap()).await;
+    let ended: Vec<&String> = (run.events.iter())
+        .filter_map(|ev| match ev {
+            Event::ToolCallEnd { arguments, .. } => Some(arguments),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended.len(), 1, "{:?}", run.events);
+    let v: serde_json::Value = serde_json::from_str(ended[0]).unwrap();
+    assert!(v["n"].as_u64().is_some_and(|n| n <= 9), "{v}");
+}

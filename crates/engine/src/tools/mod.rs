@@ -6,7 +6,9 @@
 //!   token, gets [`ToolFormat::Hermes`]: the template renders the tools itself (its `tools`
 //!   variable) and the model answers `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`.
 //!   (small models often write the object without its tags; that is accepted too). Any other
-//!   template gets [`ToolFormat::Generic`]: a system message lists the tools and the
+//!   template that has Llama 3.1's `ipython` role gets [`ToolFormat::Llama3`]: the template
+//!   renders the tools and the model answers one `{"name": ..., "parameters": {...}}` object.
+//!   Any other template gets [`ToolFormat::Generic`]: a system message lists the tools and the
 //!   answer is one JSON object, `{"tool_call": {"name", "arguments"}}` (or `"tool_calls": [...]`
 //!   with parallel calls) or `{"response": "..."}`.
 //! - **The choice is enforced by a grammar** ([`crate::Grammar`]): `required` and a named
@@ -86,6 +88,8 @@ fn yes() -> bool {
 pub enum ToolFormat {
     /// `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` (Qwen2.5, Qwen3, Hermes).
     Hermes,
+    /// One `{"name": ..., "parameters": {...}}` object (Llama 3.1, 3.2, 3.3).
+    Llama3,
     /// One JSON object: `{"tool_call": ...}`, `{"tool_calls": [...]}` or `{"response": ...}`.
     Generic,
 }
@@ -109,9 +113,12 @@ impl ToolFormat {
     pub fn detect(tok: &Tokenizer) -> ToolFormat {
         let source = tok.chat_template_text();
         let tokens = tok.token_id(OPEN).is_some() && tok.token_id(CLOSE).is_some();
-        match source.contains(OPEN) && tokens {
-            true => ToolFormat::Hermes,
-            false => ToolFormat::Generic,
+        if source.contains(OPEN) && tokens {
+            ToolFormat::Hermes
+        } else if source.contains("<|start_header_id|>ipython<|end_header_id|>") {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Generic
         }
     }
 }
@@ -136,6 +143,7 @@ impl Tools {
         let auto = self.choice == ToolChoice::Auto;
         let grammar = match format {
             ToolFormat::Hermes => hermes_grammar(&allowed, self.parallel, auto),
+            ToolFormat::Llama3 => llama3_grammar(&allowed, auto),
             ToolFormat::Generic => generic_grammar(&allowed, self.parallel, auto),
         };
         Ok(ToolSetup {
@@ -162,7 +170,7 @@ impl Tools {
             return;
         }
         match ToolFormat::detect(tok) {
-            ToolFormat::Hermes => {
+            ToolFormat::Hermes | ToolFormat::Llama3 => {
                 vars.0.insert("tools".into(), self.template_tools());
             }
             ToolFormat::Generic => {
@@ -296,6 +304,23 @@ fn hermes_grammar(allowed: &[&ToolSpec], parallel: bool, auto: bool) -> Grammar 
         "start: \"<tool_call>\\n\" call \"\\n</tool_call>\" {more} | call{text}\n\
          call: {}\n\
          TEXT: /[^{{<](.|\\n)*/\n",
+        calls.join(" | ")
+    ))
+}
+
+/// Llama 3.x: one call object, `parameters` for the arguments (no parallel calls); with
+/// `auto`, or text that does not start with `{`.
+fn llama3_grammar(allowed: &[&ToolSpec], auto: bool) -> Grammar {
+    let calls: Vec<String> = (allowed.iter())
+        .map(|t| {
+            let mut s = call_schema(t, "parameters");
+            s["x-guidance"] = layout();
+            format!("%json {s}")
+        })
+        .collect();
+    let text = if auto { " | TEXT" } else { "" };
+    Grammar::Lark(format!(
+        "start: call{text}\ncall: {}\nTEXT: /[^{{](.|\\n)*/\n",
         calls.join(" | ")
     ))
 }

@@ -75,7 +75,7 @@ impl ToolCallParser {
     pub fn push(&mut self, text: &str) -> ToolOutput {
         let mut out = ToolOutput::default();
         self.buf.push_str(text);
-        if self.format == ToolFormat::Hermes {
+        if self.format != ToolFormat::Generic {
             while self.step(&mut out) {}
         }
         out
@@ -110,7 +110,12 @@ impl ToolCallParser {
             }
             (_, Where::Raw) if self.bare && serde_json::from_str::<Value>(&rest).is_ok() => {
                 let v: Value = serde_json::from_str(&rest).unwrap_or_default();
-                self.whole_call(&v, "arguments", &mut out);
+                let key = if v.get("parameters").is_some() {
+                    "parameters"
+                } else {
+                    "arguments"
+                };
+                self.whole_call(&v, key, &mut out);
             }
             (_, Where::Head | Where::Raw) => {
                 self.calls += 1;
@@ -446,6 +451,15 @@ mod tests {
             let want = vec![("f".to_string(), "{\"a\": {\"b\": 1}}".to_string(), true)];
             assert_eq!(calls(&events), want, "{size}");
         }
+        // Llama 3's key.
+        let (_, events) = run(
+            ToolFormat::Llama3,
+            &["{\"name\": \"g\", \"param", "eters\": {}}"],
+        );
+        assert_eq!(
+            calls(&events),
+            vec![("g".to_string(), "{}".to_string(), true)]
+        );
         // Text first: a brace later is text.
         let (text, events) = run(ToolFormat::Hermes, &["Use {x} here"]);
         assert_eq!((text.as_str(), events.len()), ("Use {x} here", 0));
