@@ -36,8 +36,21 @@ struct Cli {
     #[arg(long, global = true, env = "STATELM_NUMERICS", default_value = "fast")]
     numerics: statelm_model::Numerics,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
+
+/// What `statelm` alone prints: the first commands and where the docs are.
+const FIRST_STEPS: &str = "statelm: stateful, memory-safe LLM inference on the device
+
+First steps:
+  statelm run -p \"The capital of France is\"        complete a text (fetches Gemma 3 270M)
+  statelm run -m qwen2.5-coder-0.5b --chat -p \"Hi\"  ask an instruction-tuned model
+  statelm chat -m qwen2.5-coder-0.5b                a conversation in the terminal
+  statelm serve -m qwen2.5-coder-0.5b               an OpenAI-compatible server on :8080
+  statelm doctor                                    what this machine runs, and how fast
+
+Every command: statelm help, statelm COMMAND --help.
+Docs: README.md and docs/ in the repository.";
 
 /// `--tier`: a policy, or a forced precision.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +165,11 @@ fn main() -> ExitCode {
         numerics: cli.numerics,
     };
     let cache = ctx.cache.as_deref();
-    let result = match &cli.command {
+    let Some(command) = &cli.command else {
+        println!("{FIRST_STEPS}");
+        return ExitCode::SUCCESS;
+    };
+    let result = match command {
         Command::Pull(a) => commands::pull::run(a, cache),
         Command::Inspect(a) => commands::inspect::run(a, cache),
         Command::Run(a) => commands::run::run(a, &ctx),

@@ -4,21 +4,17 @@ mod cli_common;
 
 use cli_common::{assert_clean_failure, gemma, run, text};
 
+/// `statelm run -m MODEL -p "The capital of France is"` and `extra` (the README's first
+/// command, on the test's copy of the default model).
+fn capital(model: &str, extra: &[&str]) -> std::process::Output {
+    let base = ["run", "-m", model, "-p", "The capital of France is"];
+    run(&[&base[..], extra].concat(), "")
+}
+
 #[test]
 fn run_streams_text_and_exits_0() {
     let Some(model) = gemma() else { return };
-    let o = run(
-        &[
-            "run",
-            "-m",
-            &model,
-            "-p",
-            "The capital of France is",
-            "-n",
-            "8",
-        ],
-        "",
-    );
+    let o = capital(&model, &["-n", "8", "--temp", "0"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(!out.trim().is_empty(), "no text: {err}");
@@ -29,20 +25,8 @@ fn run_streams_text_and_exits_0() {
         "{err}"
     );
     assert!(!out.contains('\x1b') && !err.contains('\x1b'));
-    // Greedy is the default: the same run gives the same text, also through --json.
-    let o = run(
-        &[
-            "run",
-            "-m",
-            &model,
-            "-p",
-            "The capital of France is",
-            "-n",
-            "8",
-            "--json",
-        ],
-        "",
-    );
+    // Greedy with --temp 0: the same run gives the same text, also through --json.
+    let o = capital(&model, &["-n", "8", "--json", "--temp", "0"]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(v["text"].as_str().unwrap().trim(), out.trim());
@@ -124,7 +108,7 @@ fn ctrl_c_stops_the_generation_with_exit_130() {
         .read_to_string(&mut err)
         .unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
-    assert!(err.contains("stop: interrupted]"), "{err}");
+    assert!(err.contains("stop: interrupted"), "{err}");
 }
 
 #[test]
@@ -138,10 +122,10 @@ fn the_loop_guard_ends_a_repeating_answer_and_dry_breaks_it() {
         assert!(o.status.success(), "{:?}", text(&o));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("JSON")
     };
-    // Greedy Gemma repeats the letter to the end; off by default in `run`.
-    let plain = go(&[]);
+    // Greedy Gemma repeats the letter to the end (greedy: no loop guard unless asked).
+    let plain = go(&["--temp", "0"]);
     assert_eq!(plain["stop_reason"], "max tokens", "{plain}");
-    let guarded = go(&["--loop-guard"]);
+    let guarded = go(&["--temp", "0", "--loop-guard"]);
     assert!(
         guarded["stop_reason"]
             .as_str()
@@ -154,7 +138,7 @@ fn the_loop_guard_ends_a_repeating_answer_and_dry_breaks_it() {
         "{guarded}"
     );
     // DRY makes the answer leave the run of letters (sequences restart after newlines).
-    let dry = go(&["--dry-multiplier", "0.8"]);
+    let dry = go(&["--temp", "0", "--dry-multiplier", "0.8"]);
     let text = dry["text"].as_str().unwrap();
     assert!(!text.contains(&"A ".repeat(12)), "{dry}");
 }
@@ -168,6 +152,7 @@ fn lookup_gives_the_same_text_and_reports_drafts() {
         let o = run(
             &[
                 "run", "-m", &model, "-p", prompt, "-n", "24", "--json", "--lookup", lookup,
+                "--temp", "0",
             ],
             "",
         );
@@ -255,4 +240,43 @@ fn bench_lookup_takes_the_users_prompts() {
     // Without --lookup the option is refused, not ignored.
     let o = run(&["bench", "-m", &model, "--lookup-prompt", "x"], "");
     assert!(!o.status.success());
+}
+
+/// The README's first command reads well: the model's sampling defaults with DRY and the loop
+/// guard, named on the statistics line; `--temp 0` is still today's greedy text.
+#[test]
+fn the_quick_start_answers_without_a_loop_and_temp_0_stays_greedy() {
+    let Some(model) = gemma() else { return };
+    for seed in ["1", "2", "3"] {
+        let o = capital(&model, &["--seed", seed]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(!err.contains("stop: repetition"), "{out}\n{err}");
+        assert!(err.contains("defaults: temperature"), "{err}");
+        assert!(err.contains("DRY 0.8, loop guard on"), "{err}");
+    }
+    let o = capital(&model, &["-n", "24", "--temp", "0"]);
+    let (out, err) = text(&o);
+    assert!(
+        out.starts_with(" the capital of the country of France. It is the largest city in France."),
+        "{out}"
+    );
+    assert!(err.contains("greedy (--temp 0)"), "{err}");
+}
+
+/// `statelm` alone names the first commands and the docs.
+#[test]
+fn statelm_alone_prints_the_first_steps() {
+    let o = run(&[], "");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for cmd in [
+        "statelm run",
+        "statelm chat",
+        "statelm serve",
+        "statelm doctor",
+        "docs/",
+    ] {
+        assert!(out.contains(cmd), "{cmd}: {out}");
+    }
 }

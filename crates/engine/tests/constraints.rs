@@ -238,3 +238,37 @@ async fn grammars_that_do_not_compile_are_refused() {
     .await;
     assert!(run.error.is_none(), "{run:?}");
 }
+
+/// A constrained answer that outgrows its session's token budget is trimmed mid-answer (the
+/// context's middle dropped, the trim announced) and still completes its grammar: the
+/// constraint follows the answer's text, which a trim does not change.
+#[tokio::test]
+async fn a_trim_in_the_middle_of_a_constrained_answer_keeps_it_valid() {
+    let Some(e) = engine() else {
+        return;
+    };
+    let opts = SessionOptions {
+        token_budget: Some(96),
+        ..SessionOptions::default()
+    };
+    let s = e.create_session(opts).await.unwrap();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"numbers": {"type": "array", "items": {"type": "integer",
+            "minimum": 100, "maximum": 999}, "minItems": 40, "maxItems": 40}},
+        "required": ["numbers"],
+        "additionalProperties": false,
+    });
+    let req = GenerateRequest {
+        sampling: constrained(Grammar::JsonSchema(schema)),
+        ..GenerateRequest::new(s, chat("Count upwards from 100 as JSON."), 400)
+    };
+    let run = collect(e.generate(req).await.expect("accepted")).await;
+    assert!(run.error.is_none(), "{run:?}");
+    let trimmed =
+        (run.events.iter()).any(|ev| matches!(ev, statelm_engine::Event::ContextTrimmed { .. }));
+    assert!(trimmed, "no trim: {:?}", run.done());
+    assert_eq!(run.done().stop_reason, StopReason::Complete, "{}", run.text);
+    let v: serde_json::Value = serde_json::from_str(&run.text).expect(&run.text);
+    assert_eq!(v["numbers"].as_array().map(Vec::len), Some(40), "{v}");
+}

@@ -9,7 +9,7 @@ use statelm_engine::SamplingParams;
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RepetitionArgs {
     /// DRY repetition penalty: a token that would extend a sequence already in the context
-    /// loses MULT × base^(length − allowed) (0: off) [default: 0.8 in chat and serve, 0 in run].
+    /// loses MULT × base^(length − allowed) (0: off) [default: 0.8; 0 in run with --temp 0].
     #[arg(long, value_name = "MULT", value_parser = non_negative)]
     dry_multiplier: Option<f32>,
     /// DRY growth per repeated token beyond the allowed length.
@@ -22,14 +22,14 @@ pub(crate) struct RepetitionArgs {
     #[arg(long, default_value_t = 1024)]
     dry_last_n: usize,
     /// End an answer once it repeats a block of tokens back to back (stop reason
-    /// "repetition") [default: on in chat and serve, off in run].
+    /// "repetition") [default: on; off in run with --temp 0].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     loop_guard: Option<bool>,
 }
 
 impl RepetitionArgs {
     /// Sets the DRY fields and the loop guard of `p` (what was not given keeps `p`'s value:
-    /// chat's defaults in `chat`, off in `run`).
+    /// the model's defaults, or off for `run --temp 0`).
     pub(crate) fn apply(&self, p: &mut SamplingParams) {
         p.dry_multiplier = self.dry_multiplier.unwrap_or(p.dry_multiplier);
         p.dry_base = self.dry_base;

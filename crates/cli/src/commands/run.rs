@@ -9,15 +9,19 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde_json::json;
 use statelm_engine::{
-    ChatMessage, Engine, EngineConfig, EngineHandle, Event, GenerateRequest, Input, SamplingParams,
-    SessionOptions,
+    ChatDefaults, ChatMessage, Engine, EngineConfig, EngineHandle, Event, GenerateRequest, Input,
+    SamplingParams, SessionOptions,
 };
 use statelm_model::KvType;
 use std::io::Write;
 
-/// Generate text from a prompt, streaming tokens to stdout (greedy unless --temp > 0)
+/// Generate text from a prompt, streaming tokens to stdout
 ///
-/// The prompt is not echoed when stdout is not a terminal. A statistics line goes to stderr.
+/// Sampling follows the model's defaults, as in chat and serve (the file's
+/// `general.sampling.*`, else temperature 0.7, top-k 40, top-p 0.95, min-p 0.05), with the DRY
+/// penalty and the loop guard; `--temp 0` is plain greedy decoding. The statistics line names
+/// the settings in force. The prompt is not echoed when stdout is not a terminal. A
+/// statistics line goes to stderr.
 /// Ctrl-C stops the generation (exit code 130).
 ///
 /// Examples:
@@ -39,21 +43,23 @@ pub struct RunArgs {
     /// Most tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
-    temp: f32,
+    /// Sampling temperature; 0 is greedy, with DRY and the loop guard off unless asked for
+    /// [default: the model file's `general.sampling.temp`, else 0.7, as in chat and serve].
+    #[arg(long, value_parser = non_negative)]
+    temp: Option<f32>,
     /// Random seed (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
-    /// Keep only the K most likely tokens (0: off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Nucleus sampling threshold (1: off).
-    #[arg(long, default_value_t = 0.95, value_parser = unit_interval)]
-    top_p: f32,
-    /// Drop tokens less likely than this fraction of the best one (0: off).
-    #[arg(long, default_value_t = 0.05, value_parser = unit_interval)]
-    min_p: f32,
+    /// Keep only the K most likely tokens (0: off) [default: the model's, else 40].
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Nucleus sampling threshold (1: off) [default: the model's, else 0.95].
+    #[arg(long, value_parser = unit_interval)]
+    top_p: Option<f32>,
+    /// Drop tokens less likely than this fraction of the best one (0: off) [default: the
+    /// model's, else 0.05].
+    #[arg(long, value_parser = unit_interval)]
+    min_p: Option<f32>,
     /// Repetition control.
     #[command(flatten)]
     repetition: crate::commands::repetition::RepetitionArgs,
@@ -116,15 +122,24 @@ fn unescape(s: &str) -> Result<String, String> {
 }
 
 impl RunArgs {
-    fn sampling(&self) -> SamplingParams {
-        let mut p = SamplingParams {
-            temperature: self.temp,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            seed: self.seed,
-            ..SamplingParams::default()
+    /// Whether `--temp 0` asked for greedy decoding (plain: no DRY, no loop guard unless
+    /// their own flags ask).
+    fn greedy(&self) -> bool {
+        self.temp == Some(0.0)
+    }
+
+    /// The sampling settings: the model's defaults (as `chat` and the server use them), or
+    /// plain greedy decoding with `--temp 0`; each flag given overrides.
+    fn sampling(&self, defaults: &ChatDefaults) -> SamplingParams {
+        let mut p = match self.greedy() {
+            true => SamplingParams::greedy(),
+            false => defaults.sampling.clone(),
         };
+        p.temperature = self.temp.unwrap_or(p.temperature);
+        p.top_k = self.top_k.unwrap_or(p.top_k);
+        p.top_p = self.top_p.unwrap_or(p.top_p);
+        p.min_p = self.min_p.unwrap_or(p.min_p);
+        p.seed = self.seed;
         self.repetition.apply(&mut p);
         self.lookup.apply(&mut p);
         self.constraint.apply(&mut p);
@@ -158,23 +173,62 @@ pub fn run(args: &RunArgs, ctx: &Ctx) -> Result<()> {
         kv_type: args.kv_type,
         ..EngineConfig::default()
     };
+    let defaults = ChatDefaults::for_model(&loaded.model);
+    let sampling = args.sampling(&defaults);
+    let in_force = match args.greedy() {
+        true => "greedy (--temp 0)".to_string(),
+        false => defaults_in_force(&sampling, &defaults),
+    };
     let engine = Engine::start(loaded.model, config);
-    let interrupted = runtime()?.block_on(generate(args, &engine, budget))?;
+    let run = Run {
+        args,
+        sampling,
+        in_force,
+        budget,
+    };
+    let interrupted = runtime()?.block_on(generate(&run, &engine))?;
     if interrupted {
         exit_interrupted();
     }
     Ok(())
 }
 
+/// What one run needs: its arguments, its sampling and what to say about it, its budget.
+struct Run<'a> {
+    args: &'a RunArgs,
+    sampling: SamplingParams,
+    /// The sampling in force, for the statistics line.
+    in_force: String,
+    budget: usize,
+}
+
+/// The sampling in force, in words: each setting, and which came from the model file.
+fn defaults_in_force(p: &SamplingParams, defaults: &ChatDefaults) -> String {
+    let source = match defaults.from_file.is_empty() {
+        true => "built-in defaults",
+        false => "the model's defaults",
+    };
+    format!(
+        "{source}: temperature {}, top-k {}, top-p {}, min-p {}, DRY {}, loop guard {}",
+        p.temperature,
+        p.top_k,
+        p.top_p,
+        p.min_p,
+        p.dry_multiplier,
+        if p.loop_guard { "on" } else { "off" }
+    )
+}
+
 /// Streams one generation; true when Ctrl-C stopped it.
-async fn generate(args: &RunArgs, engine: &EngineHandle, budget: usize) -> Result<bool> {
+async fn generate(run: &Run<'_>, engine: &EngineHandle) -> Result<bool> {
+    let (args, budget) = (run.args, run.budget);
     let style = Style::detect();
     let session = engine.create_session(SessionOptions::default()).await?;
     let mut stream = engine
         .generate(GenerateRequest {
             session: session.into(),
             input: args.input(),
-            sampling: args.sampling(),
+            sampling: run.sampling.clone(),
             stop: args.stop.clone(),
             max_tokens: args.max_tokens,
         })
@@ -225,12 +279,14 @@ async fn generate(args: &RunArgs, engine: &EngineHandle, budget: usize) -> Resul
             "time_to_first_token_ms": done.time_to_first_token.as_secs_f64() * 1e3,
             "decode_tokens_per_s": done.decode_tokens_per_s, "notices": notices,
             "drafted_tokens": done.drafted_tokens, "accepted_tokens": done.accepted_tokens,
-            "token_budget": budget,
+            "token_budget": budget, "sampling": run.in_force,
         });
         println!("{v}");
     } else {
         println!();
-        eprintln!("{}", style.dim_err(&stats_line(&done)));
+        let line = stats_line(&done);
+        let line = format!("{}; {}]", line.trim_end_matches(']'), run.in_force);
+        eprintln!("{}", style.dim_err(&line));
     }
     Ok(interrupted)
 }
