@@ -565,10 +565,10 @@ fn prepare(
                 "tools and a grammar both constrain the answer: give one".into(),
             ));
         }
-        if setup.grammar.is_some() {
-            req.sampling.grammar = setup.grammar;
+        if let Some(g) = setup.grammar {
+            req.sampling.grammar = Some(g);
+            prepared.tool_format = Some(setup.format);
         }
-        prepared.tool_format = setup.parse.then_some(setup.format);
     }
     if let Some(g) = &req.sampling.grammar {
         prepared.constraint = Some(grammars.constraint(g)?);

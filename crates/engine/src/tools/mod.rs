@@ -99,10 +99,8 @@ pub enum ToolFormat {
 pub struct ToolSetup {
     /// The format calls are written in.
     pub format: ToolFormat,
-    /// The answer's constraint (`None` with `tool_choice: none`).
+    /// The answer's constraint (`None` with `tool_choice: none`: then no calls are parsed).
     pub grammar: Option<Grammar>,
-    /// Whether calls are parsed out of the answer.
-    pub parse: bool,
 }
 
 const OPEN: &str = "<tool_call>";
@@ -133,7 +131,6 @@ impl Tools {
             return Ok(ToolSetup {
                 format,
                 grammar: None,
-                parse: false,
             });
         }
         let allowed: Vec<&ToolSpec> = match &self.choice {
@@ -149,7 +146,6 @@ impl Tools {
         Ok(ToolSetup {
             format,
             grammar: Some(grammar),
-            parse: true,
         })
     }
 
