@@ -78,11 +78,18 @@ pub(crate) struct Core {
     /// The tokens that open a user turn in the chat template (where whole-turn trims cut);
     /// `None`: the template has none, trims fall back to the token rule.
     pub turn_header: Option<Vec<u32>>,
+    /// The grammar engine's vocabulary trie and compiled grammars (counted in
+    /// [`Core::used_bytes`], released under pressure); shared with the handle, which compiles.
+    pub grammars: Arc<crate::sampling::constraint::Grammars>,
 }
 
 impl Core {
     /// A core with no sessions.
-    pub fn new(model: Arc<Model>, config: EngineConfig) -> Core {
+    pub fn new(
+        model: Arc<Model>,
+        config: EngineConfig,
+        grammars: Arc<crate::sampling::constraint::Grammars>,
+    ) -> Core {
         let chunk = config.prefill_chunk;
         let footprint = config.real_memory.enabled.then(FootprintReader::detect);
         Core {
@@ -105,6 +112,7 @@ impl Core {
             next_session: 1,
             scratch_high_water: 0,
             tag: crate::rng::Rng::from_entropy().next_u64(),
+            grammars,
         }
     }
 
@@ -148,7 +156,21 @@ impl Core {
     /// scratch (at its high-water mark), plus `extra`.
     pub fn used_bytes(&self, extra: u64) -> u64 {
         let states: u64 = self.sessions.values().map(Session::resident_bytes).sum();
-        self.model.file_bytes() + states + self.scratch_high_water + extra
+        self.model.file_bytes() + states + self.scratch_high_water + self.grammars.bytes() + extra
+    }
+
+    /// Frees the grammar engine's caches and its idle vocabulary trie, the first rung of
+    /// admission (caches go before anyone's conversation); whether anything was freed.
+    pub fn release_grammars(&mut self, what: &str) -> bool {
+        let freed = self.grammars.release(true);
+        if freed > 0 {
+            tracing::info!(
+                freed = %format_bytes(freed),
+                "{what}: the grammar engine's caches were freed (rebuilt on the next constrained request)"
+            );
+            statelm_governor::release_free_memory();
+        }
+        freed > 0
     }
 
     /// KV bytes a State of `tokens` tokens holds ([`statelm_model::kv::kv_bytes_for`]).
@@ -195,6 +217,9 @@ impl Core {
             let used = self.used_bytes(extra);
             if used.saturating_add(needed) <= ceiling {
                 return Ok(());
+            }
+            if self.release_grammars(what) {
+                continue;
             }
             let victim = self
                 .sessions
@@ -302,6 +327,7 @@ impl Core {
             kv_bytes_total: kv,
             state_bytes_total: st,
             scratch_bytes: self.scratch.bytes() as u64,
+            grammar_bytes: self.grammars.bytes(),
             prefill_chunk: self.chunk,
             footprint_bytes: self.last_footprint.map(|(f, _)| f.used),
             footprint_limit: self.last_footprint.and_then(|(_, l)| l),

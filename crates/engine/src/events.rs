@@ -45,9 +45,10 @@ pub enum StopReason {
     MaxTokens,
     /// The request was cancelled ([`crate::EngineHandle::cancel`] or the stream was dropped).
     Cancelled,
-    /// Memory pressure evicted the session's cache in the middle of the generation, after it
-    /// had streamed tokens (a [`Event::CacheEvicted`] came first; a generation that had
-    /// streamed nothing is paused instead, and goes on).
+    /// Memory pressure evicted the session's cache and the generation could not go on. A
+    /// running generation is paused by an eviction instead, and goes on when the pressure
+    /// eases, so the engine no longer ends one this way; the reason stays for front ends
+    /// and the C ABI.
     Evicted,
     /// The answer started to repeat itself back to back and the loop guard ended it
     /// ([`crate::SamplingParams::loop_guard`]).
@@ -138,10 +139,10 @@ pub enum Event {
         method: TrimMethod,
     },
     /// The session's cache was dropped under memory pressure; its conversation history was
-    /// kept and is recomputed (within the token budget) when needed. During a generation that
-    /// has streamed tokens, the generation ends ([`StopReason::Evicted`]); during one that has
-    /// streamed nothing yet, it is paused while the pressure stays critical (at most
-    /// [`crate::EngineConfig::pressure_hold`]), then recomputes its prompt and goes on.
+    /// kept and is recomputed (within the token budget) when needed. A generation under way
+    /// is paused while the pressure stays critical (at most
+    /// [`crate::EngineConfig::pressure_hold`]), then recomputes its prompt and the answer so
+    /// far and goes on with the same sampler: the rest of the answer follows this event.
     CacheEvicted {
         /// Why, in words.
         reason: String,

@@ -41,7 +41,7 @@ impl Engine {
         let shared = Arc::new(Shared::new(config.pressure_hold));
         let (stream_buffer, max_sessions) = (config.stream_buffer, config.max_sessions);
         let grammars = Arc::new(crate::sampling::constraint::Grammars::new(model.clone()));
-        let core = Core::new(model, config);
+        let core = Core::new(model, config, grammars.clone());
         let actor = Actor::new(core, rx, shared.clone());
         let thread = std::thread::Builder::new()
             .name("statelm-engine".into())
@@ -365,9 +365,8 @@ impl EngineHandle {
     ///   generating first (it keeps its pinned prefix and its most recent tokens: a
     ///   `ContextTrimmed` event) — idle sessions are spilled, budgets lowered;
     /// * Critical: every session's cache is evicted (`CacheEvicted`; the history is kept, so
-    ///   the next turn recomputes it within the budget) and a running generation ends with
-    ///   stop reason `Evicted` — or, if it has streamed nothing yet, is paused until the
-    ///   pressure eases and then goes on;
+    ///   the next turn recomputes it within the budget) and a running generation is paused
+    ///   until the pressure eases, then recomputes what it had and goes on;
     /// * Normal: the warning is over; budgets recover.
     ///
     /// A warning holds for [`crate::EngineConfig::pressure_hold`] and then lapses to Normal

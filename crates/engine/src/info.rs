@@ -90,6 +90,10 @@ pub struct EngineStats {
     pub state_bytes_total: u64,
     /// Bytes of the compute thread's scratch (one for every session).
     pub scratch_bytes: u64,
+    /// Bytes counted for the grammar engine: the vocabulary's trie (built by the first
+    /// constrained request, freed under critical pressure while unused) and cached compiled
+    /// grammars.
+    pub grammar_bytes: u64,
     /// The prefill chunk in force (lowered, with its scratch, under memory pressure).
     pub prefill_chunk: usize,
     /// The process's footprint at the last real-memory check (cgroup working set, or resident

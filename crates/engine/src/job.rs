@@ -83,8 +83,8 @@ pub(crate) struct Job {
     pub first_token: Option<Instant>,
     /// When the latest token was sampled.
     pub last_token: Option<Instant>,
-    /// Paused by an eviction before it streamed anything: it waits while the pressure is
-    /// critical, until this moment at the latest, then recomputes what it had and goes on.
+    /// Paused by an eviction: it waits while the pressure is critical, until this moment at
+    /// the latest, then recomputes what it had and goes on.
     pub paused_until: Option<Instant>,
 }
 
@@ -180,11 +180,12 @@ impl Job {
         !self.is_finished() && self.outbox.is_empty()
     }
 
-    /// Whether an eviction of its cache can pause it instead of ending it: it has streamed
-    /// nothing yet (it is starting, computing its prompt, or about to sample its first token),
-    /// so recomputing loses nothing.
+    /// Whether an eviction of its cache can pause it instead of ending it: any generation
+    /// not finished. What the cache held (prompt, and the answer so far) is recomputed when
+    /// the pressure eases and generation goes on with the same sampler, so the user sees one
+    /// `CacheEvicted` and then the rest of the answer.
     pub fn is_resumable(&self) -> bool {
-        self.generated == 0 && !self.is_finished()
+        !self.is_finished()
     }
 
     /// Whether it is paused by an eviction and must still wait at `now`, with the pressure at

@@ -272,3 +272,85 @@ async fn a_trim_in_the_middle_of_a_constrained_answer_keeps_it_valid() {
     let v: serde_json::Value = serde_json::from_str(&run.text).expect(&run.text);
     assert_eq!(v["numbers"].as_array().map(Vec::len), Some(40), "{v}");
 }
+
+/// The grammar engine's memory is in the engine's accounting (its statistics) and a critical
+/// memory warning frees it; the next constrained request builds it again.
+#[tokio::test]
+async fn the_grammar_engine_is_counted_and_freed_under_pressure() {
+    let Some(e) = engine() else {
+        return;
+    };
+    assert_eq!(e.stats().await.grammar_bytes, 0, "nothing before a grammar");
+    let digits = || constrained(Grammar::Regex("[0-9]{3}".into()));
+    let run = ask(&e, chat("A number?"), digits(), 8).await;
+    assert_eq!(run.text.len(), 3, "{}", run.text);
+    let held = e.stats().await.grammar_bytes;
+    assert!(held > 20_000_000, "Qwen's trie is counted: {held}");
+    e.memory_warning(statelm_engine::PressureLevel::Critical);
+    let mut freed = false;
+    for _ in 0..100 {
+        if e.stats().await.grammar_bytes == 0 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(freed, "a critical warning frees the idle trie");
+    let again = ask(&e, chat("A number?"), digits(), 8).await;
+    assert_eq!(again.text, run.text, "rebuilt, the same answer");
+    assert!(e.stats().await.grammar_bytes >= held);
+}
+
+/// A constrained answer with prompt lookup, its cache evicted by critical pressure in the
+/// middle: the turn is paused, prompt and answer so far are recomputed, and it goes on to the
+/// same tokens as an answer never interrupted (the constraint and the drafts follow the text,
+/// which the eviction does not change).
+#[tokio::test]
+async fn an_eviction_in_the_middle_of_a_constrained_answer_gives_the_same_answer() {
+    use futures::StreamExt;
+    let Some(e) = engine() else {
+        return;
+    };
+    let prompt = chat(
+        "Copy these fields into JSON: name Ana Lopez-Garcia, email ana.lopez@example.com, \
+         city Springfield, street 742 Evergreen Terrace.",
+    );
+    let params = SamplingParams {
+        lookup: 8,
+        ..constrained(Grammar::JsonSchema(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"}, "email": {"type": "string"},
+                "city": {"type": "string"}, "street": {"type": "string"},
+            },
+            "required": ["name", "email", "city", "street"],
+            "additionalProperties": false,
+        })))
+    };
+    let expected = ask(&e, prompt.clone(), params.clone(), 120).await;
+    let s = e.create_session(SessionOptions::default()).await.unwrap();
+    let req = GenerateRequest {
+        sampling: params,
+        ..GenerateRequest::new(s, prompt, 120)
+    };
+    let mut stream = e.generate(req).await.expect("accepted");
+    let mut run = Run::default();
+    while let Some(ev) = stream.next().await {
+        let ev = ev.expect("no error");
+        if run.tokens.len() == 8 {
+            e.memory_warning(statelm_engine::PressureLevel::Critical);
+        }
+        common::record(&mut run, ev);
+    }
+    let evicted = (run.events.iter())
+        .filter(|ev| matches!(ev, statelm_engine::Event::CacheEvicted { .. }))
+        .count();
+    assert_eq!(evicted, 1, "{:?}", run.events);
+    assert_eq!(run.done().stop_reason, StopReason::Complete, "{}", run.text);
+    assert_eq!(
+        run.tokens, expected.tokens,
+        "{:?} / {:?}",
+        run.text, expected.text
+    );
+    serde_json::from_str::<serde_json::Value>(&run.text).expect(&run.text);
+}

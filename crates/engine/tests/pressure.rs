@@ -165,7 +165,7 @@ async fn a_planted_spill_file_is_refused() {
 }
 
 #[tokio::test]
-async fn an_eviction_pauses_a_turn_that_streamed_nothing_and_it_goes_on() {
+async fn an_eviction_pauses_every_turn_and_each_finishes_its_answer() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = EngineConfig {
         prefill_chunk: 4,
@@ -178,6 +178,11 @@ async fn an_eviction_pauses_a_turn_that_streamed_nothing_and_it_goes_on() {
     let long = long_prompt();
     let reference = session(&engine).await.unwrap();
     let expected = run(&engine, greedy(reference, Input::Text(long.clone()), 8)).await;
+    engine.close_session(reference).await.unwrap();
+    let reference = session(&engine).await.unwrap();
+    let mut req = greedy(reference, Input::Text(PROMPT.into()), 200);
+    req.sampling = no_eog(&model);
+    let expected_a = run(&engine, req).await;
     engine.close_session(reference).await.unwrap();
 
     // A streams its answer; B has just started computing its long prompt (in chunks of 4)
@@ -205,8 +210,16 @@ async fn an_eviction_pauses_a_turn_that_streamed_nothing_and_it_goes_on() {
         record(&mut run_a, ev);
     }
     let run_b = collect(stream_b.unwrap()).await;
-    // A had streamed tokens: it ends, and says why.
-    assert_eq!(run_a.done().stop_reason, StopReason::Evicted, "{run_a:?}");
+    // A had streamed tokens: paused, its prompt and answer so far recomputed, the rest of the
+    // answer as without pressure, after one eviction notice.
+    let notices = (run_a.events.iter()).filter(|e| matches!(e, Event::CacheEvicted { .. }));
+    assert_eq!(notices.count(), 1, "{:?}", run_a.events);
+    assert_eq!(run_a.done().stop_reason, StopReason::MaxTokens);
+    assert_eq!(
+        run_a.tokens, expected_a.tokens,
+        "A's answer, as without pressure"
+    );
+    assert!(run_a.done().prefilled_tokens > run_a.done().prompt_tokens);
     // B had streamed nothing: paused, recomputed once the pressure lapsed, answered in full.
     let evicted = (run_b.events.iter()).find_map(|e| match e {
         Event::CacheEvicted { reason } => Some(reason.as_str()),
@@ -281,7 +294,7 @@ async fn concurrent_prompts_under_critical_pressure_are_all_answered() {
 }
 
 #[tokio::test]
-async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
+async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_and_pauses_it() {
     let dir = tempfile::tempdir().unwrap();
     let Some((model, engine)) = engine(config(dir.path())) else {
         return;
@@ -324,17 +337,16 @@ async fn host_warnings_free_the_active_generation_and_a_second_one_evicts_it() {
         "{:?}",
         run.events
     );
-    assert_eq!(run.done().stop_reason, StopReason::Evicted);
-    assert!(run.done().generated_tokens < 200);
+    // Alone, the paused generation goes on at once: what its cache held is recomputed and it
+    // answers in full.
+    assert_eq!(run.done().stop_reason, StopReason::MaxTokens);
+    assert_eq!(run.done().generated_tokens, 200);
     let info = engine.session_info(s).await.unwrap();
-    assert_eq!((info.state_tokens, info.state_bytes), (0, 0), "{info:?}");
+    assert!(info.state_tokens > 0, "{info:?}");
     let stats = engine.stats().await;
     assert!(stats.trims >= 1 && stats.evictions == 1, "{stats:?}");
-    // The history survived: the next request recomputes it and answers.
     let next = common::run(&engine, greedy(s, Input::Append(" thirteen".into()), 2)).await;
-    assert_eq!(next.done().cached_tokens, 0);
-    assert_eq!(next.done().prefilled_tokens, next.done().prompt_tokens);
-    assert!(next.done().prompt_tokens > info.history_tokens);
+    assert!(next.done().cached_tokens > 0, "{:?}", next.done());
 }
 
 #[tokio::test]

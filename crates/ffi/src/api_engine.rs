@@ -22,8 +22,8 @@ pub const STATELM_PRESSURE_WARNING: c_int = 1;
 /// The process is about to be killed (Android `TRIM_MEMORY_RUNNING_CRITICAL`,
 /// `TRIM_MEMORY_COMPLETE` or `TRIM_MEMORY_BACKGROUND`, a second iOS warning): every session's
 /// cache is evicted (EVICTED; its history is kept and its next turn recomputes it), and a
-/// running generation ends with stop reason EVICTED — one that has streamed nothing yet is
-/// paused instead, and recomputes its prompt and goes on when the pressure eases.
+/// running generation is paused: it recomputes its prompt and the answer so far and goes on
+/// when the pressure eases.
 pub const STATELM_PRESSURE_CRITICAL: c_int = 2;
 
 /// Starts an engine on `model`. `config_json` may be NULL or an object with any of:

@@ -20,9 +20,8 @@ pub enum StatelmEventKind {
     /// pressure); `text` says why. `json` has `dropped`, `kept` and `method`.
     ContextTrimmed = 2,
     /// The session's KV cache was evicted under memory pressure (its history is kept and
-    /// recomputed when needed); `text` says why. A generation running on it ends with DONE
-    /// and stop reason EVICTED, unless it had streamed nothing yet: then it is paused, and
-    /// goes on (recomputed) when the pressure eases.
+    /// recomputed when needed); `text` says why. A generation running on it is paused, and
+    /// goes on (prompt and answer so far recomputed) when the pressure eases.
     Evicted = 3,
     /// The session's state was written to disk and freed while it was idle; `text` says why.
     /// Delivered to the session's next generation, before RESTORED.
@@ -77,8 +76,9 @@ pub enum StatelmStopReason {
     /// The generation was cancelled (`statelm_cancel`, `statelm_session_close`, or the engine
     /// being freed).
     Cancelled = 4,
-    /// Memory pressure evicted the session's cache mid-generation, after it had streamed tokens
-    /// (an EVICTED event came first).
+    /// Memory pressure evicted the session's cache and the generation could not go on (an
+    /// EVICTED event came first). Today's engine pauses a running generation instead and
+    /// goes on; the value stays for hosts that handle it.
     Evicted = 5,
     /// A reason this version of the C API does not model; see `json`.
     Other = 6,

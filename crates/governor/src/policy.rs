@@ -12,8 +12,8 @@
 //!   session hard-trimmed to its pinned prefix and a short suffix
 //!   ([`Action::TrimHard`]); when nothing is left to spill or hard-trim and the
 //!   pressure persists, one session is evicted ([`Action::Evict`]): one not
-//!   generating, else one whose turn has streamed nothing yet (the engine pauses that
-//!   turn rather than ending it), else the least recently used;
+//!   generating, else one whose turn the engine can pause (recompute and go on) rather
+//!   than end, else the least recently used;
 //! - Normal again: lowered budgets are restored ([`Action::RestoreBudgets`]).
 
 use crate::util::format_bytes;
@@ -37,9 +37,8 @@ pub struct SessionInfo {
     pub idle: bool,
     /// Generating right now.
     pub active: bool,
-    /// Generating, but nothing streamed yet (its prompt is being computed): evicting its cache
-    /// pauses the turn, which recomputes it and goes on when the pressure eases, instead of
-    /// ending it.
+    /// Generating, and evicting its cache pauses the turn, which recomputes what the cache
+    /// held and goes on when the pressure eases, instead of ending it.
     pub resumable: bool,
     /// When it was last used, on any monotonic scale (smaller = older).
     pub last_used: u64,
@@ -272,8 +271,8 @@ impl Policy {
     ///   holds anything keeps its pinned prefix and the most recent tokens up to half of what it
     ///   holds (at least half of its cache is given back), generating or not.
     /// * Critical: budgets are lowered further and every resident session's cache is evicted
-    ///   (its history is kept, so its next turn recomputes it within the budget; a turn that
-    ///   has streamed nothing yet is paused and recomputed when the pressure eases).
+    ///   (its history is kept, so its next turn recomputes it within the budget; a turn under
+    ///   way is paused and recomputed when the pressure eases).
     /// * Normal: the ordinary ladder ([`Policy::decide`]).
     pub fn host_event(&self, level: PressureLevel, input: &PolicyInput) -> Vec<Action> {
         if level == PressureLevel::Normal {
@@ -405,12 +404,12 @@ fn halve(s: &SessionInfo, why: &str) -> Option<Action> {
     })
 }
 
-/// What an eviction does to a turn that has streamed nothing yet, for its reason text.
+/// What an eviction does to a turn under way, for its reason text.
 fn paused_turn(s: &SessionInfo) -> &'static str {
     match s.resumable {
         true => {
-            "; its turn, which had streamed nothing yet, is paused and resumes (recomputed) \
-                 when the pressure eases"
+            "; its turn is paused and resumes (what the cache held recomputed) when the \
+             pressure eases"
         }
         false => "",
     }

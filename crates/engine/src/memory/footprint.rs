@@ -67,6 +67,9 @@ impl Core {
             }
             acted = true;
             self.tight = true;
+            if self.release_grammars(what) {
+                continue;
+            }
             let reason =
                 |id: SessionId, how: &str| {
                     format!(

@@ -46,9 +46,17 @@ impl Actor {
         }
     }
 
-    /// Makes `level` the one the ladder acts on (Normal forgets earlier hard trims).
+    /// Makes `level` the one the ladder acts on (Normal forgets earlier hard trims). Under
+    /// pressure the grammar engine's compiled grammars go first, and at Critical its idle
+    /// vocabulary trie too.
     fn set_level(&mut self, level: PressureLevel) {
         self.core.level = level;
+        if level >= PressureLevel::Warning {
+            let freed = self.core.grammars.release(level >= PressureLevel::Critical);
+            if freed > 0 {
+                tracing::info!(%level, freed = %statelm_governor::format_bytes(freed), "memory pressure: the grammar engine's caches were freed");
+            }
+        }
         if level == PressureLevel::Normal {
             self.core
                 .sessions
@@ -243,9 +251,10 @@ impl Actor {
         }
     }
 
-    /// Evicts the cache of session `id`, whose job `i` has streamed nothing yet, and pauses
-    /// the job instead of ending it: it waits while the pressure is critical (at most
-    /// [`crate::EngineConfig::pressure_hold`]), then recomputes what the cache held and goes on.
+    /// Evicts the cache of session `id`, whose job `i` is under way, and pauses the job
+    /// instead of ending it: it waits while the pressure is critical (at most
+    /// [`crate::EngineConfig::pressure_hold`]), then recomputes what the cache held (prompt
+    /// and answer so far; drafts in flight are dropped first) and goes on.
     fn pause(&mut self, i: usize, id: SessionId, reason: String) {
         let model = self.core.model.clone();
         let opts = self.core.state_options();
@@ -253,6 +262,10 @@ impl Actor {
             return;
         };
         let job = &mut self.jobs[i];
+        if let Some(sp) = job.spec.as_mut() {
+            // Unchecked drafts are not part of the text: they leave the cache first.
+            sp.settle(s);
+        }
         let freed = if matches!(job.phase, Phase::Start) {
             // Not started: it plans its prompt against the empty cache when it runs.
             s.evict(&model, opts)
