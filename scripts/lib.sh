@@ -1,0 +1,77 @@
+# shellcheck shell=bash
+# Sourced, not run: what .ci/run, scripts/soak, scripts/serve-cgroup and scripts/cross share.
+#
+# A CI stage that cannot do its work fails (issue 39). The one way out is explicit and named:
+#
+#   STATELM_CI_OPT_OUT=soak,serve-cgroup,cross-aarch64-apple-ios-sim bash .ci/run
+#
+# a comma-separated list of the stages (or parts of one) that may be skipped when they cannot do
+# their work. The names: soak, serve-cgroup (no root or no writable memory cgroup here), and
+# cross-TARGET for a phone library of scripts/cross whose rustup TARGET cannot be installed
+# (aarch64-apple-ios, aarch64-apple-ios-sim, aarch64-apple-darwin, aarch64-linux-android). A
+# script that skips something by opt-out says so, exits 0 and appends the name to the file
+# named by STATELM_CI_SKIPPED when that is set: .ci/run sets it, empties it before each stage
+# and reports the stage as "skipped by opt-out (STATELM_CI_OPT_OUT)" (or, for a part, after
+# "ran, passed"). Nothing else can be skipped.
+#
+# STATELM_CGROUP_FS (default /sys/fs/cgroup) is where memory_cgroup looks for the cgroup
+# filesystems: v1's memory hierarchy at $STATELM_CGROUP_FS/memory, v2 roots at
+# $STATELM_CGROUP_FS and $STATELM_CGROUP_FS/unified.
+
+# opted_out NAME: does STATELM_CI_OPT_OUT name NAME?
+opted_out() {
+  local list=",${STATELM_CI_OPT_OUT:-},"
+  list=${list//[[:space:]]/}
+  [[ $list == *",$1,"* ]]
+}
+
+# record_opt_out NAME WHY: says that NAME was skipped by opt-out, and why, and tells .ci/run.
+record_opt_out() {
+  printf '%s\n' "$1: SKIPPED by opt-out (STATELM_CI_OPT_OUT names $1): $2" >&2
+  if [ -n "${STATELM_CI_SKIPPED:-}" ]; then printf '%s\n' "$1" >>"$STATELM_CI_SKIPPED"; fi
+}
+
+# memory_cgroup: finds a memory cgroup this process can create children in (as root; the memory
+# controller already enabled for children on v2, never changed here) and proves it by creating
+# and removing one. Sets CG_KIND (v1|v2) and CG_PARENT and returns 0, or returns 1 with CG_WHY
+# saying why not: not root, no memory controller, or the cgroup not writable.
+memory_cgroup() {
+  local fs=${STATELM_CGROUP_FS:-/sys/fs/cgroup} found="" root probe
+  CG_KIND="" CG_PARENT="" CG_WHY=""
+  if [ "$(id -u)" != 0 ]; then
+    CG_WHY="not running as root (uid $(id -u))"
+    return 1
+  fi
+  if [ -f "$fs/memory/memory.limit_in_bytes" ]; then
+    found="$fs/memory (v1)"
+    if [ -w "$fs/memory" ]; then CG_KIND=v1 CG_PARENT=$fs/memory; fi
+  fi
+  if [ -z "$CG_KIND" ]; then
+    for root in "$fs" "$fs/unified"; do
+      if [ -f "$root/cgroup.subtree_control" ] && grep -qw memory "$root/cgroup.subtree_control"; then
+        found="$found${found:+, }$root (v2)"
+        if [ -w "$root" ]; then
+          CG_KIND=v2 CG_PARENT=$root
+          break
+        fi
+      fi
+    done
+  fi
+  if [ -z "$CG_KIND" ]; then
+    if [ -z "$found" ]; then
+      CG_WHY="no memory controller: neither a v1 memory hierarchy at $fs/memory nor a v2 root"
+      CG_WHY+=" ($fs, $fs/unified) with memory in its cgroup.subtree_control"
+    else
+      CG_WHY="memory cgroup not writable: $found"
+    fi
+    return 1
+  fi
+  probe="$CG_PARENT/statelm-probe-$$"
+  if ! mkdir "$probe" 2>/dev/null; then
+    CG_WHY="memory cgroup not writable: cannot create a cgroup under $CG_PARENT ($CG_KIND)"
+    CG_KIND="" CG_PARENT=""
+    return 1
+  fi
+  rmdir "$probe" 2>/dev/null || true
+  return 0
+}
