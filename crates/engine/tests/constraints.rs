@@ -354,3 +354,63 @@ async fn an_eviction_in_the_middle_of_a_constrained_answer_gives_the_same_answer
     );
     serde_json::from_str::<serde_json::Value>(&run.text).expect(&run.text);
 }
+
+/// llguidance's compiler recurses along chains of rule references: a chain of 1,000 Lark rules
+/// or 500 `$ref`s used to overflow the compiling thread's stack and abort the process. Chains
+/// at the caps compile (on the engine's compile thread) and constrain; one more is refused.
+#[tokio::test]
+async fn the_deepest_grammars_allowed_compile_and_deeper_ones_are_refused() {
+    use statelm_engine::sampling::constraint::{MAX_REFS, MAX_RULES};
+    let Some(e) = engine() else {
+        return;
+    };
+    // `start` and rules r0..r{n-2}, each referring to the next: n definitions.
+    let lark = |n: usize| {
+        let mut src = String::from("start: r0\n");
+        for i in 0..n - 2 {
+            src += &format!("r{i}: r{}\n", i + 1);
+        }
+        Grammar::Lark(src + &format!("r{}: \"42\"\n", n - 2))
+    };
+    // n `$ref`s: a0 -> a1 -> ... -> a{n-1} -> a string.
+    let schema = |n: usize| {
+        let mut defs = serde_json::Map::new();
+        for i in 0..n - 1 {
+            defs.insert(
+                format!("a{i}"),
+                serde_json::json!({"$ref": format!("#/$defs/a{}", i + 1)}),
+            );
+        }
+        defs.insert(
+            format!("a{}", n - 1),
+            serde_json::json!({"type": "string", "maxLength": 3}),
+        );
+        Grammar::JsonSchema(serde_json::json!({"$defs": defs, "$ref": "#/$defs/a0"}))
+    };
+    let run = ask(&e, chat("A number?"), constrained(lark(MAX_RULES)), 8).await;
+    assert_eq!(run.text, "42");
+    let run = ask(&e, chat("A word?"), constrained(schema(MAX_REFS)), 8).await;
+    assert!(
+        run.text.starts_with('"') && run.text.ends_with('"'),
+        "{}",
+        run.text
+    );
+    let s = e.create_session(SessionOptions::default()).await.unwrap();
+    for (g, words) in [
+        (
+            lark(MAX_RULES + 1),
+            "rule definitions, more than the 4096 allowed",
+        ),
+        (schema(MAX_REFS + 1), "`$ref`s, more than the 1024 allowed"),
+    ] {
+        let req = GenerateRequest {
+            sampling: constrained(g),
+            ..GenerateRequest::new(s, chat("Hi"), 8)
+        };
+        match e.generate(req).await {
+            Err(EngineError::InvalidRequest(m)) => assert!(m.contains(words), "{m}"),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("{words}: accepted"),
+        }
+    }
+}

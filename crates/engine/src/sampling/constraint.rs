@@ -36,6 +36,21 @@ pub const CACHE: usize = 32;
 /// Most bytes of a grammar's source (a schema, a regex, a Lark grammar).
 pub const MAX_GRAMMAR_BYTES: usize = 256 * 1024;
 
+/// Most rule definitions of a Lark grammar, and most `$ref`s in a JSON schema. llguidance's
+/// compiler recurses once per rule of a chain of references (`a: b`, `b: c`, ...): a chain of
+/// 1,000 rules, or of 500 `$ref`s, overflows a 2 MiB thread stack and aborts the process.
+/// Grammars are compiled on a thread of [`COMPILE_STACK`] bytes, which holds chains at these
+/// caps with room to spare (measured: 16 MiB holds 4,096 chained rules and 1,024 chained
+/// `$ref`s in a release build, 8 MiB does not); longer ones are refused before compiling.
+pub const MAX_RULES: usize = 4096;
+
+/// See [`MAX_RULES`].
+pub const MAX_REFS: usize = 1024;
+
+/// The stack of the thread a grammar is compiled on (reserved, and touched only as deep as
+/// the grammar's chains go; the thread ends with the compile).
+const COMPILE_STACK: usize = 64 << 20;
+
 /// The one slice of the vocabulary llguidance precomputes beside its trie: the body of a JSON
 /// string, where a mask would otherwise walk most of the vocabulary. llguidance's default is
 /// four slices (whitespace, strings of up to 10 and 30 bytes, any string); on Qwen2.5-Coder
@@ -94,6 +109,19 @@ impl Grammar {
         }
     }
 
+    /// Refuses structures too deep to compile safely ([`MAX_RULES`], [`MAX_REFS`]).
+    fn check_depth(&self) -> Result<(), String> {
+        let (count, max, what) = match self {
+            Grammar::JsonSchema(v) => (count_refs(v), MAX_REFS, "`$ref`s"),
+            Grammar::Lark(src) => (count_rules(src), MAX_RULES, "rule definitions"),
+            _ => return Ok(()),
+        };
+        if count > max {
+            return Err(format!("{count} {what}, more than the {max} allowed"));
+        }
+        Ok(())
+    }
+
     /// The cache key: the kind and the canonical source.
     fn key(&self) -> String {
         match self {
@@ -103,6 +131,40 @@ impl Grammar {
             Grammar::Lark(s) => format!("lark\n{s}"),
         }
     }
+}
+
+/// How many `$ref` keys `schema` holds, at any depth.
+fn count_refs(schema: &serde_json::Value) -> usize {
+    let mut stack = vec![schema];
+    let mut n = 0;
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Object(o) => {
+                n += usize::from(o.contains_key("$ref"));
+                stack.extend(o.values());
+            }
+            serde_json::Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// How many lines of a Lark grammar define a rule or a terminal (`name:`, `?name:`,
+/// `NAME.2:`, `name{x}:`), an upper bound on its chains of references.
+fn count_rules(src: &str) -> usize {
+    src.lines()
+        .filter(|line| {
+            let l = line.trim_start().trim_start_matches(['?', '!']);
+            let name = l
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(l, |end| &l[..end]);
+            let rest = l[name.len()..].trim_start();
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && (rest.starts_with(':') || rest.starts_with('.') || rest.starts_with('{'))
+        })
+        .count()
 }
 
 /// JSON is written on one line, `{"key": value, "next": value}` (the separators of Python's
@@ -300,13 +362,13 @@ impl Grammars {
                 grammar.source_len()
             )));
         }
+        grammar.check_depth().map_err(invalid)?;
         let key = grammar.key();
         if let Some(m) = self.cached(&key) {
             return Ok(Constraint::new(m));
         }
         let built = self.built()?;
-        let parser = built.factory.create_parser(grammar.top_level());
-        let matcher = Matcher::new(parser);
+        let matcher = compile(&built.factory, grammar)?;
         if let Some(e) = matcher.get_error() {
             return Err(invalid(e));
         }
@@ -327,6 +389,24 @@ impl Grammars {
         cache.push(entry);
         Some(m)
     }
+}
+
+/// Compiles `grammar` on a thread with a stack of [`COMPILE_STACK`] bytes (llguidance's
+/// compiler recurses along the grammar's chains of references).
+fn compile(factory: &ParserFactory, grammar: &Grammar) -> Result<Matcher, EngineError> {
+    let lost = |e: &dyn std::fmt::Display| {
+        EngineError::Internal(format!("compiling a {} constraint: {e}", grammar.kind()))
+    };
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("statelm-grammar".into())
+            .stack_size(COMPILE_STACK)
+            .spawn_scoped(scope, || {
+                Matcher::new(factory.create_parser(grammar.top_level()))
+            })
+            .map_err(|e| lost(&e))?;
+        worker.join().map_err(|_| lost(&"the compiler panicked"))
+    })
 }
 
 /// One generation's constraint: where its text is in the grammar.
