@@ -65,6 +65,20 @@ fn constrained(g: Grammar) -> SamplingParams {
     }
 }
 
+/// Asks session `s` for an answer under `g`, which must be refused before anything runs with
+/// an `InvalidRequest` containing `words`.
+async fn refused(e: &EngineHandle, s: statelm_engine::SessionId, g: Grammar, words: &str) {
+    let req = GenerateRequest {
+        sampling: constrained(g),
+        ..GenerateRequest::new(s, chat("Hi"), 8)
+    };
+    match e.generate(req).await {
+        Err(EngineError::InvalidRequest(m)) => assert!(m.contains(words), "{m}"),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("{words}: accepted"),
+    }
+}
+
 fn city_schema() -> serde_json::Value {
     serde_json::json!({
         "type": "object",
@@ -219,15 +233,7 @@ async fn grammars_that_do_not_compile_are_refused() {
             "json_schema constraint",
         ),
     ] {
-        let req = GenerateRequest {
-            sampling: constrained(g),
-            ..GenerateRequest::new(s, chat("Hi"), 8)
-        };
-        match e.generate(req).await {
-            Err(EngineError::InvalidRequest(m)) => assert!(m.contains(words), "{m}"),
-            Err(other) => panic!("{other}"),
-            Ok(_) => panic!("{words}: accepted"),
-        }
+        refused(&e, s, g, words).await;
     }
     // The session is still free.
     let run = collect(
@@ -403,14 +409,6 @@ async fn the_deepest_grammars_allowed_compile_and_deeper_ones_are_refused() {
         ),
         (schema(MAX_REFS + 1), "`$ref`s, more than the 1024 allowed"),
     ] {
-        let req = GenerateRequest {
-            sampling: constrained(g),
-            ..GenerateRequest::new(s, chat("Hi"), 8)
-        };
-        match e.generate(req).await {
-            Err(EngineError::InvalidRequest(m)) => assert!(m.contains(words), "{m}"),
-            Err(other) => panic!("{other}"),
-            Ok(_) => panic!("{words}: accepted"),
-        }
+        refused(&e, s, g, words).await;
     }
 }
