@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     pub pressure: Mutex<PressureInbox>,
     /// Failures of an attached monitor's memory sources: how many, and the last one.
     pub source_errors: Mutex<(u64, Option<String>)>,
+    /// The lifecycle and thermal states the host reported last.
+    pub host: Mutex<crate::host::HostInbox>,
 }
 
 impl Shared {
@@ -74,7 +76,13 @@ impl Shared {
             stats: Mutex::default(),
             pressure: Mutex::new(PressureInbox::new(hold)),
             source_errors: Mutex::default(),
+            host: Mutex::default(),
         }
+    }
+
+    /// The host's lifecycle and thermal states, locked.
+    pub fn host(&self) -> std::sync::MutexGuard<'_, crate::host::HostInbox> {
+        self.host.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The pressure inbox, locked.
@@ -115,6 +123,7 @@ impl Actor {
         while self.receive() {
             crate::faults::thread(&self.jobs);
             self.check_pressure();
+            self.check_host();
             self.flush_jobs();
             if let Some(i) = self.next_runnable() {
                 self.step(i);
@@ -130,7 +139,10 @@ impl Actor {
     /// Takes the commands that are waiting; blocks when there is nothing to compute. False
     /// when every handle is gone.
     fn receive(&mut self) -> bool {
-        if self.jobs.is_empty() {
+        let idle = self.jobs.is_empty()
+            || (self.core.lifecycle == crate::Lifecycle::Background
+                && !self.jobs.iter().any(Job::is_cancelled));
+        if idle {
             match self.rx.blocking_recv() {
                 Some(cmd) => self.handle_contained(cmd),
                 None => return false,
@@ -184,7 +196,13 @@ impl Actor {
         if !runnable(job) {
             return false;
         }
-        if job.is_cancelled() || !job.is_waiting(self.core.level, now) {
+        if job.is_cancelled() {
+            return true;
+        }
+        if self.core.lifecycle == crate::Lifecycle::Background {
+            return false;
+        }
+        if !job.is_waiting(self.core.level, now) {
             return true;
         }
         (self.jobs.iter().enumerate())
@@ -201,10 +219,12 @@ impl Actor {
             return;
         };
         let core = &mut self.core;
+        let started = Instant::now();
         let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
             crate::faults::step(job);
             compute::step(job, &mut s, core);
         }));
+        self.thermal_rest(started.elapsed());
         if let Err(payload) = stepped {
             return self.contain_panic(i, s, payload.as_ref());
         }
@@ -257,7 +277,12 @@ impl Actor {
         }
     }
 
-    /// State shared with the handles.
+    /// Asks for the statistics to be published after this turn of the loop.
+    pub(crate) fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
+    /// The state shared with the handles.
     pub fn shared(&self) -> &Shared {
         &self.shared
     }

@@ -81,6 +81,10 @@ pub(crate) struct Core {
     /// The grammar engine's vocabulary trie and compiled grammars (counted in
     /// [`Core::used_bytes`], released under pressure); shared with the handle, which compiles.
     pub grammars: Arc<crate::sampling::constraint::Grammars>,
+    /// The app's lifecycle state (in the background nothing is computed).
+    pub lifecycle: crate::Lifecycle,
+    /// The device's thermal state (it sets the forward pass's threads).
+    pub thermal: crate::Thermal,
 }
 
 impl Core {
@@ -113,6 +117,8 @@ impl Core {
             scratch_high_water: 0,
             tag: crate::rng::Rng::from_entropy().next_u64(),
             grammars,
+            lifecycle: crate::Lifecycle::Foreground,
+            thermal: crate::Thermal::Nominal,
         }
     }
 
@@ -328,6 +334,9 @@ impl Core {
             state_bytes_total: st,
             scratch_bytes: self.scratch.bytes() as u64,
             grammar_bytes: self.grammars.bytes(),
+            threads: self.model.threads_in_use(),
+            thermal: self.thermal,
+            lifecycle: self.lifecycle,
             prefill_chunk: self.chunk,
             footprint_bytes: self.last_footprint.map(|(f, _)| f.used),
             footprint_limit: self.last_footprint.and_then(|(_, l)| l),

@@ -420,6 +420,24 @@ impl EngineHandle {
         if let Some(flag) = self.inner.cancels().get(&request_id) {
             flag.store(true, Ordering::Relaxed);
         }
+        // A backgrounded engine waits for commands: it must see the cancellation.
+        self.wake();
+    }
+
+    /// Tells the engine whether the app is in the foreground (see [`crate::Lifecycle`]):
+    /// in the background every session in memory is written to disk and freed, running
+    /// generations pause, scratch and caches shrink, and nothing is computed until the
+    /// foreground, where everything goes on (sessions are restored when next used).
+    pub fn lifecycle(&self, state: crate::Lifecycle) {
+        self.inner.shared.host().lifecycle = state;
+        self.wake();
+    }
+
+    /// Tells the engine how hot the device is (see [`crate::Thermal`]): `serious` halves the
+    /// forward pass's threads, `critical` leaves one and rests after each step.
+    pub fn thermal(&self, state: crate::Thermal) {
+        self.inner.shared.host().thermal = state;
+        self.wake();
     }
 
     /// A handle that does not keep the engine alive.

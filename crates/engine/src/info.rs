@@ -94,6 +94,12 @@ pub struct EngineStats {
     /// constrained request, freed under critical pressure while unused) and cached compiled
     /// grammars.
     pub grammar_bytes: u64,
+    /// Threads the forward pass uses now (fewer when the device is hot).
+    pub threads: usize,
+    /// The device's thermal state, as the host last reported it (`"nominal"` in JSON).
+    pub thermal: crate::Thermal,
+    /// The app's lifecycle state, as the host last reported it (`"foreground"` in JSON).
+    pub lifecycle: crate::Lifecycle,
     /// The prefill chunk in force (lowered, with its scratch, under memory pressure).
     pub prefill_chunk: usize,
     /// The process's footprint at the last real-memory check (cgroup working set, or resident

@@ -24,21 +24,6 @@ fn quick_monitor() -> statelm_governor::MonitorConfig {
     }
 }
 
-/// Waits until `f` holds (polling the engine), or fails after a few seconds.
-async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..500 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[tokio::test]
 async fn warning_spills_idle_sessions_and_restores_them_on_use() {
     let dir = tempfile::tempdir().unwrap();

@@ -89,10 +89,44 @@
  * The process is about to be killed (Android `TRIM_MEMORY_RUNNING_CRITICAL`,
  * `TRIM_MEMORY_COMPLETE` or `TRIM_MEMORY_BACKGROUND`, a second iOS warning): every session's
  * cache is evicted (EVICTED; its history is kept and its next turn recomputes it), and a
- * running generation ends with stop reason EVICTED — one that has streamed nothing yet is
- * paused instead, and recomputes its prompt and goes on when the pressure eases.
+ * running generation is paused: it recomputes its prompt and the answer so far and goes on
+ * when the pressure eases.
  */
 #define STATELM_PRESSURE_CRITICAL 2
+
+/**
+ * The app is in the foreground: the engine computes.
+ */
+#define STATELM_LIFECYCLE_FOREGROUND 0
+
+/**
+ * The app went to the background (iOS `didEnterBackground`, Android `ON_STOP`): every
+ * session in memory is written to disk and freed (SPILLED), running generations pause,
+ * scratch and caches shrink; nothing is computed until FOREGROUND.
+ */
+#define STATELM_LIFECYCLE_BACKGROUND 1
+
+/**
+ * Thermal state nominal (iOS `.nominal`; Android `THERMAL_STATUS_NONE`).
+ */
+#define STATELM_THERMAL_NOMINAL 0
+
+/**
+ * Thermal state fair (iOS `.fair`; Android `LIGHT`): no change.
+ */
+#define STATELM_THERMAL_FAIR 1
+
+/**
+ * Thermal state serious (iOS `.serious`; Android `MODERATE`, `SEVERE`): half of the compute
+ * threads.
+ */
+#define STATELM_THERMAL_SERIOUS 2
+
+/**
+ * Thermal state critical (iOS `.critical`; Android `CRITICAL`, `EMERGENCY`, `SHUTDOWN`): one
+ * thread, and a rest after each step as long as the step took.
+ */
+#define STATELM_THERMAL_CRITICAL 3
 
 /**
  * Success.
@@ -221,9 +255,8 @@ typedef enum StatelmEventKind {
   STATELM_EVENT_KIND_CONTEXT_TRIMMED = 2,
   /**
    * The session's KV cache was evicted under memory pressure (its history is kept and
-   * recomputed when needed); `text` says why. A generation running on it ends with DONE
-   * and stop reason EVICTED, unless it had streamed nothing yet: then it is paused, and
-   * goes on (recomputed) when the pressure eases.
+   * recomputed when needed); `text` says why. A generation running on it is paused, and
+   * goes on (prompt and answer so far recomputed) when the pressure eases.
    */
   STATELM_EVENT_KIND_EVICTED = 3,
   /**
@@ -312,8 +345,9 @@ typedef enum StatelmStopReason {
    */
   STATELM_STOP_REASON_CANCELLED = 4,
   /**
-   * Memory pressure evicted the session's cache mid-generation, after it had streamed tokens
-   * (an EVICTED event came first).
+   * Memory pressure evicted the session's cache and the generation could not go on (an
+   * EVICTED event came first). Today's engine pauses a running generation instead and
+   * goes on; the value stays for hosts that handle it.
    */
   STATELM_STOP_REASON_EVICTED = 5,
   /**
@@ -713,6 +747,24 @@ int statelm_wait(const struct StatelmEngine *engine, uint64_t request, int64_t t
  * an id this engine never issued fails with `STATELM_ERR_UNKNOWN_REQUEST`.
  */
 int statelm_cancel(const struct StatelmEngine *engine, uint64_t request);
+
+/**
+ * Tells the engine whether the app is in the foreground: `state` is
+ * `STATELM_LIFECYCLE_FOREGROUND` (0) or `STATELM_LIFECYCLE_BACKGROUND` (1). Never blocks;
+ * safe from any thread, including a callback. In the background every session in memory is
+ * written to disk (SPILLED on its stream), running generations pause where they are, and
+ * nothing is computed; back in the foreground they go on (RESTORED) and idle sessions are
+ * restored when next used. The state is in `statelm_engine_stats_json` (`lifecycle`).
+ */
+int statelm_lifecycle(const struct StatelmEngine *engine, int state);
+
+/**
+ * Tells the engine how hot the device is: `state` is `STATELM_THERMAL_NOMINAL` (0), `FAIR`
+ * (1), `SERIOUS` (2) or `CRITICAL` (3). Never blocks; safe from any thread. SERIOUS halves the
+ * forward pass's threads, CRITICAL leaves one and rests after each step; NOMINAL and FAIR give
+ * them back. `statelm_engine_stats_json` reports `thermal` and `threads`.
+ */
+int statelm_thermal(const struct StatelmEngine *engine, int state);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -23,6 +23,7 @@
 mod api;
 mod api_engine;
 mod api_generate;
+mod api_host;
 mod cstr;
 mod engine;
 mod event;
@@ -45,6 +46,11 @@ pub use api_engine::{
     STATELM_PRESSURE_NORMAL, STATELM_PRESSURE_WARNING,
 };
 pub use api_generate::{statelm_cancel, statelm_generate, statelm_wait};
+pub use api_host::{
+    statelm_lifecycle, statelm_thermal, STATELM_LIFECYCLE_BACKGROUND, STATELM_LIFECYCLE_FOREGROUND,
+    STATELM_THERMAL_CRITICAL, STATELM_THERMAL_FAIR, STATELM_THERMAL_NOMINAL,
+    STATELM_THERMAL_SERIOUS,
+};
 pub use event::{StatelmEvent, StatelmEventCallback, StatelmEventKind, StatelmStopReason};
 pub use handles::{StatelmEngine, StatelmModel};
 pub use status::*;

@@ -528,3 +528,78 @@ fn tools_in_the_input_give_tool_call_events() {
     let v: serde_json::Value = serde_json::from_str(&args).expect(&args);
     assert!(v["n"].as_u64().is_some_and(|n| n <= 9), "{v}");
 }
+
+/// The engine's statistics as JSON.
+fn stats(engine: *mut StatelmEngine) -> serde_json::Value {
+    let mut s = null_mut();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { statelm_engine_stats_json(engine, &mut s) };
+    assert_eq!(rc, STATELM_OK, "{}", last_error());
+    // SAFETY: a live string from statelm.
+    let json = unsafe { CStr::from_ptr(s) }.to_str().unwrap().to_owned();
+    assert_eq!(statelm_string_free(s), STATELM_OK);
+    serde_json::from_str(&json).unwrap()
+}
+
+/// Polls the statistics until `f` holds (a few seconds at most).
+fn stats_until(engine: *mut StatelmEngine, what: &str, f: impl Fn(&serde_json::Value) -> bool) {
+    for _ in 0..500 {
+        if f(&stats(engine)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("timed out waiting for {what}: {}", stats(engine));
+}
+
+#[test]
+fn lifecycle_and_thermal_states_reach_the_engine() {
+    let f = fixture();
+    let a = session(f.engine);
+    let seen = Seen::default();
+    let req = generate(
+        f.engine,
+        a,
+        c"{\"max_tokens\":400,\"temperature\":0,\"logit_bias\":{\"2\":-1e9}}",
+        &seen,
+    );
+    while !(seen.events.lock().unwrap().iter()).any(|e| e.0 == StatelmEventKind::Token) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        statelm_lifecycle(f.engine, STATELM_LIFECYCLE_BACKGROUND),
+        STATELM_OK
+    );
+    stats_until(f.engine, "the background", |s| {
+        s["lifecycle"] == "background" && s["spilled"] == 1
+    });
+    // Nothing is computed in the background.
+    assert_eq!(statelm_wait(f.engine, req, 200), STATELM_ERR_TIMEOUT);
+    assert_eq!(
+        statelm_thermal(f.engine, STATELM_THERMAL_CRITICAL),
+        STATELM_OK
+    );
+    stats_until(f.engine, "critical", |s| {
+        s["thermal"] == "critical" && s["threads"] == 1
+    });
+    assert_eq!(
+        statelm_lifecycle(f.engine, STATELM_LIFECYCLE_FOREGROUND),
+        STATELM_OK
+    );
+    assert_eq!(
+        statelm_thermal(f.engine, STATELM_THERMAL_NOMINAL),
+        STATELM_OK
+    );
+    assert_eq!(statelm_wait(f.engine, req, 60_000), STATELM_OK);
+    let kinds: Vec<_> = seen.events.lock().unwrap().iter().map(|e| e.0).collect();
+    let spilled = kinds.iter().position(|k| *k == StatelmEventKind::Spilled);
+    let restored = kinds.iter().position(|k| *k == StatelmEventKind::Restored);
+    assert!(spilled.is_some() && restored > spilled, "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&StatelmEventKind::Done));
+    assert_eq!(stats(f.engine)["lifecycle"], "foreground");
+    // Bad states are refused by name.
+    assert_eq!(statelm_lifecycle(f.engine, 2), STATELM_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("lifecycle state"), "{}", last_error());
+    assert_eq!(statelm_thermal(f.engine, 4), STATELM_ERR_INVALID_ARGUMENT);
+    assert_eq!(statelm_lifecycle(null(), 0), STATELM_ERR_NULL_POINTER);
+}

@@ -35,6 +35,8 @@ fn header_is_current() {
         "statelm_wait",
         "statelm_cancel",
         "statelm_memory_warning",
+        "statelm_lifecycle",
+        "statelm_thermal",
         "statelm_session_save",
         "statelm_session_load",
         "statelm_session_open",

@@ -5,7 +5,19 @@ use std::time::{Duration, Instant};
 use crate::GovernorError;
 
 /// How much memory pressure the process is under. Ordered: `Normal < Warning < Critical`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PressureLevel {
     /// Plenty of memory.

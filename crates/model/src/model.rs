@@ -208,9 +208,30 @@ impl Model {
         &self.file
     }
 
-    /// Worker threads used by forward calls.
+    /// Worker threads forward calls were given at load (the most [`Model::set_threads`]
+    /// allows).
     pub fn threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// Worker threads forward calls use now.
+    pub fn threads_in_use(&self) -> usize {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .n_threads()
+    }
+
+    /// Lets forward calls use `n` threads from now on (clamped to 1..=[`Model::threads`]), as
+    /// a hot phone asks: the pool is rebuilt between two calls (a call in progress finishes
+    /// with the old one). Results do not depend on the thread count. Returns the count set.
+    pub fn set_threads(&self, n: usize) -> usize {
+        let n = n.clamp(1, self.n_threads.max(1));
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.n_threads() != n {
+            *pool = ThreadPool::new(n);
+        }
+        n
     }
 
     /// SHA-256 of the file's header (metadata and tensor index) and size: identifies the

@@ -28,6 +28,7 @@ pub(crate) fn build(app: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/admin/host", post(crate::admin::host))
         .route_layer(middleware::from_fn_with_state(app.clone(), authenticate));
     Router::new()
         .merge(v1)
@@ -300,6 +301,9 @@ async fn health(State(app): App) -> Response {
         "sessions": stats.sessions,
         "active_generations": stats.active_generations,
         "pressure": stats.pressure,
+        "lifecycle": stats.lifecycle,
+        "thermal": stats.thermal,
+        "threads": stats.threads,
         "panics": stats.panics,
         "memory_watch": {
             "ok": stats.memory_source_errors == 0,

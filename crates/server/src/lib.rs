@@ -29,6 +29,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod admin;
 mod config;
 mod error;
 mod format;

@@ -116,6 +116,19 @@ impl Core {
             .map(|s| s.id)
     }
 
+    /// Lowers the prefill chunk, and the scratch with it, to the smallest there is.
+    pub(crate) fn minimize_chunk(&mut self) {
+        if self.chunk > MIN_CHUNK {
+            self.shrink_chunk(MIN_CHUNK);
+        }
+    }
+
+    /// Gives the prefill chunk its configured size back (the scratch grows when next used).
+    pub(crate) fn restore_chunk(&mut self) {
+        self.chunk = self.config.prefill_chunk;
+        self.scratch.set_ubatch(self.chunk);
+    }
+
     /// Sets the prefill chunk and the scratch's micro-batch to `chunk`, handing freed scratch
     /// memory back to the kernel.
     fn shrink_chunk(&mut self, chunk: usize) {

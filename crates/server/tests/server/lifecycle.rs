@@ -388,3 +388,65 @@ async fn a_second_request_on_a_busy_conversation_fails_at_once() {
     assert_eq!(r.status, 200, "{}", r.text());
     drop(conn);
 }
+
+/// `POST /admin/host`: the background holds requests (sessions on disk, nothing computed)
+/// until the foreground; the thermal state sets the threads; bad bodies are 400s naming what
+/// is wrong; the endpoint needs the API key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_endpoint_reports_lifecycle_and_thermal_states() {
+    let Some(server) = start(|_, _| {}).await else {
+        return;
+    };
+    let a = server.addr;
+    let host = |body: Value| async move {
+        request(
+            a,
+            "POST",
+            "/admin/host",
+            Some(KEY),
+            body.to_string().as_bytes(),
+        )
+        .await
+    };
+    let r = host(json!({"lifecycle": "background"})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["lifecycle"], "background");
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                      "temperature": 0});
+    let chat = tokio::spawn(async move {
+        request(a, "POST", CHAT, Some(KEY), body.to_string().as_bytes()).await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!chat.is_finished(), "nothing is computed in the background");
+    let r = host(json!({"lifecycle": "foreground", "thermal": "critical"})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (v["lifecycle"].as_str(), v["thermal"].as_str()),
+        (Some("foreground"), Some("critical"))
+    );
+    assert_eq!(v["threads"], 1, "{v}");
+    let r = chat.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let health = request(a, "GET", "/health", None, b"").await.json();
+    assert_eq!(health["thermal"], "critical", "{health}");
+    assert_eq!(host(json!({"thermal": "nominal"})).await.status, 200);
+    for (bad, words) in [
+        (json!({"lifecycle": "asleep"}), "unknown variant `asleep`"),
+        (json!({"mood": "fine"}), "unknown field `mood`"),
+        (json!({}), "give `lifecycle`"),
+    ] {
+        let r = host(bad).await;
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.text().contains(words), "{}", r.text());
+    }
+    let r = request(
+        a,
+        "POST",
+        "/admin/host",
+        None,
+        br#"{"lifecycle":"background"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 401, "{}", r.text());
+}
