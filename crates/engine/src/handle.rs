@@ -195,13 +195,26 @@ impl EngineHandle {
         let (req, prepared) = if needs_preparing(&req) {
             // Compiling takes milliseconds (the first grammar also builds the vocabulary's
             // trie): off the async runtime's workers and off the engine thread.
+            // Any executor: a tokio runtime's blocking pool when there is one, else a thread
+            // of its own (the mobile bindings poll from Kotlin's and Swift's executors).
             let grammars = self.inner.grammars.clone();
-            let job = tokio::task::spawn_blocking(move || {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let work = move || {
                 let mut req = req;
-                prepare(&grammars, &mut req).map(|p| (req, p))
-            });
-            job.await
-                .map_err(|e| EngineError::Internal(format!("grammar compilation: {e}")))??
+                let _ = tx.send(prepare(&grammars, &mut req).map(|p| (req, p)));
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(work)),
+                Err(_) => {
+                    std::thread::Builder::new()
+                        .name("statelm-prepare".into())
+                        .spawn(work)
+                        .map_err(|e| EngineError::Internal(format!("grammar compilation: {e}")))?;
+                }
+            }
+            rx.await.map_err(|_| {
+                EngineError::Internal("grammar compilation: the compiling thread died".into())
+            })??
         } else {
             (req, Prepared::default())
         };

@@ -412,3 +412,23 @@ async fn the_deepest_grammars_allowed_compile_and_deeper_ones_are_refused() {
         refused(&e, s, g, words).await;
     }
 }
+
+/// The handle's futures need no tokio runtime, constrained ones included (their grammar is
+/// compiled on a thread of its own then): the mobile bindings poll from Kotlin's and Swift's
+/// executors.
+#[test]
+fn a_constrained_request_needs_no_tokio_runtime() {
+    let Some(e) = engine() else {
+        return;
+    };
+    let run = futures::executor::block_on(async {
+        let s = e.create_session(SessionOptions::default()).await.unwrap();
+        let req = GenerateRequest {
+            sampling: constrained(Grammar::Regex("[0-9]{3}".into())),
+            ..GenerateRequest::new(s, chat("A number?"), 8)
+        };
+        collect(e.generate(req).await.expect("accepted")).await
+    });
+    assert_eq!(run.done().stop_reason, StopReason::Complete, "{run:?}");
+    assert_eq!(run.text.len(), 3, "{}", run.text);
+}

@@ -86,12 +86,17 @@ pub unsafe extern "C" fn statelm_tier_json(out: *mut *mut c_char) -> c_int {
     guard(|| {
         // SAFETY: by this function's contract `out` is NULL or valid for writes.
         unsafe { reset_out(out, std::ptr::null_mut(), "out") }?;
-        let profile = DeviceProfile::from_env().map_err(|e| FfiError::invalid(e.to_string()))?;
-        let json = tier_value(&profile).to_string();
+        let json = tier_json()?;
         // SAFETY: `out` was checked by `reset_out`.
         unsafe { write_out(out, export_string(json)) };
         Ok(())
     })
+}
+
+/// The JSON of [`statelm_tier_json`] for this device.
+pub(crate) fn tier_json() -> Result<String, FfiError> {
+    let profile = DeviceProfile::from_env().map_err(|e| FfiError::invalid(e.to_string()))?;
+    Ok(tier_value(&profile).to_string())
 }
 
 /// The JSON of [`statelm_tier_json`] for `profile`.

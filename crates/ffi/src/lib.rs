@@ -31,6 +31,7 @@ mod event;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handles;
+pub mod mobile;
 mod options;
 mod status;
 
@@ -54,3 +55,5 @@ pub use api_host::{
 pub use event::{StatelmEvent, StatelmEventCallback, StatelmEventKind, StatelmStopReason};
 pub use handles::{StatelmEngine, StatelmModel};
 pub use status::*;
+
+uniffi::setup_scaffolding!("statelm");
