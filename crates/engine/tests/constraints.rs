@@ -32,6 +32,9 @@ fn engine_on(model: Arc<Model>) -> EngineHandle {
             session_capacity: 1024,
             token_budget: 1024,
             spill_dir: dir.keep(),
+            // The engine stays a few tokens ahead of a reader: an interruption at a token
+            // the reader sees lands in the middle of the answer.
+            stream_buffer: 4,
             ..EngineConfig::default()
         },
     )
@@ -307,16 +310,24 @@ async fn the_grammar_engine_is_counted_and_freed_under_pressure() {
     assert!(e.stats().await.grammar_bytes >= held);
 }
 
-/// A constrained answer with prompt lookup, its cache evicted by critical pressure in the
-/// middle: the turn is paused, prompt and answer so far are recomputed, and it goes on to the
-/// same tokens as an answer never interrupted (the constraint and the drafts follow the text,
-/// which the eviction does not change).
+/// A constrained answer with prompt lookup whose session loses its cache in the middle, both
+/// ways the engine does that: evicted by critical pressure (prompt and answer so far are
+/// recomputed), and written to disk when the app goes to the background (read back in the
+/// foreground). Either way it goes on to the same tokens as an answer never interrupted: the
+/// constraint and the drafts follow the text, which neither changes.
 #[tokio::test]
-async fn an_eviction_in_the_middle_of_a_constrained_answer_gives_the_same_answer() {
-    use futures::StreamExt;
+async fn a_constrained_answer_interrupted_in_the_middle_gives_the_same_answer() {
     let Some(e) = engine() else {
         return;
     };
+    for how in ["evicted", "spilled"] {
+        interrupted_constrained_answer(&e, how).await;
+    }
+}
+
+async fn interrupted_constrained_answer(e: &EngineHandle, how: &str) {
+    use futures::StreamExt;
+    use statelm_engine::{Event, Lifecycle, PressureLevel};
     let prompt = chat(
         "Copy these fields into JSON: name Ana Lopez-Garcia, email ana.lopez@example.com, \
          city Springfield, street 742 Evergreen Terrace.",
@@ -333,7 +344,7 @@ async fn an_eviction_in_the_middle_of_a_constrained_answer_gives_the_same_answer
             "additionalProperties": false,
         })))
     };
-    let expected = ask(&e, prompt.clone(), params.clone(), 120).await;
+    let expected = ask(e, prompt.clone(), params.clone(), 120).await;
     let s = e.create_session(SessionOptions::default()).await.unwrap();
     let req = GenerateRequest {
         sampling: params,
@@ -341,17 +352,43 @@ async fn an_eviction_in_the_middle_of_a_constrained_answer_gives_the_same_answer
     };
     let mut stream = e.generate(req).await.expect("accepted");
     let mut run = Run::default();
+    let mut interrupted = false;
     while let Some(ev) = stream.next().await {
         let ev = ev.expect("no error");
-        if run.tokens.len() == 8 {
-            e.memory_warning(statelm_engine::PressureLevel::Critical);
+        if run.tokens.len() == 8 && !interrupted {
+            interrupted = true;
+            if how == "evicted" {
+                e.memory_warning(PressureLevel::Critical);
+            } else {
+                e.lifecycle(Lifecycle::Background);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                e.lifecycle(Lifecycle::Foreground);
+            }
         }
         common::record(&mut run, ev);
     }
-    let evicted = (run.events.iter())
-        .filter(|ev| matches!(ev, statelm_engine::Event::CacheEvicted { .. }))
-        .count();
-    assert_eq!(evicted, 1, "{:?}", run.events);
+    let notices = |f: fn(&Event) -> bool| run.events.iter().filter(|ev| f(ev)).count();
+    if how == "evicted" {
+        assert_eq!(
+            notices(|ev| matches!(ev, Event::CacheEvicted { .. })),
+            1,
+            "{:?}",
+            run.events
+        );
+    } else {
+        assert_eq!(
+            notices(|ev| matches!(ev, Event::Spilled { .. })),
+            1,
+            "{:?}",
+            run.events
+        );
+        assert_eq!(
+            notices(|ev| matches!(ev, Event::Restored)),
+            1,
+            "{:?}",
+            run.events
+        );
+    }
     assert_eq!(run.done().stop_reason, StopReason::Complete, "{}", run.text);
     assert_eq!(
         run.tokens, expected.tokens,

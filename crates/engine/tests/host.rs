@@ -14,7 +14,12 @@ const PROMPT: &str = "The capital of France is";
 #[tokio::test]
 async fn the_background_saves_every_session_and_the_foreground_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let Some((model, engine)) = engine(config(dir.path())) else {
+    // A few events ahead of the reader at most: the background lands mid-answer.
+    let cfg = statelm_engine::EngineConfig {
+        stream_buffer: 4,
+        ..config(dir.path())
+    };
+    let Some((model, engine)) = engine(cfg) else {
         return;
     };
     let req = |s, n| {
