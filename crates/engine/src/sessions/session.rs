@@ -24,6 +24,9 @@ pub(crate) struct Session {
     pub spill_tag: statelm_model::files::FileTag,
     /// Tokens in the State when it was spilled.
     pub spilled_tokens: usize,
+    /// Cells to cut from the end of the spilled State when it is read back: drafts of prompt
+    /// lookup refused while the State was on disk (see [`Session::cut`]).
+    pub cut_on_restore: usize,
     /// Every token of the conversation, including ones trimmed out of the State.
     pub history: Vec<u32>,
     /// `history[..evaluated]` is reflected in the State.
@@ -63,6 +66,7 @@ impl Session {
             spill_path: None,
             spill_tag: [0; 32],
             spilled_tokens: 0,
+            cut_on_restore: 0,
             history: Vec::new(),
             evaluated: 0,
             trimmed: false,
@@ -145,8 +149,25 @@ impl Session {
         ))?;
         let loaded = State::load_from_file_authenticated(&path, model, &self.spill_tag);
         let _ = std::fs::remove_file(&path);
-        self.state = Some(loaded?);
+        let mut state = loaded?;
+        let cut = std::mem::take(&mut self.cut_on_restore);
+        state.truncate(state.len().saturating_sub(cut));
+        self.state = Some(state);
         Ok(true)
+    }
+
+    /// Cuts the last `n` cells of the State, resident or spilled (then when it is read back).
+    pub fn cut(&mut self, n: usize) {
+        match self.state.as_mut() {
+            Some(state) => {
+                let len = state.len();
+                state.truncate(len - n.min(len));
+            }
+            None => {
+                self.cut_on_restore += n.min(self.spilled_tokens);
+                self.spilled_tokens -= n.min(self.spilled_tokens);
+            }
+        }
     }
 
     /// Drops the cache (a fresh State of the same shape), keeping the history: the next request
@@ -161,6 +182,7 @@ impl Session {
 
     /// Deletes the spill file, if any.
     pub fn discard_spill_file(&mut self) {
+        self.cut_on_restore = 0;
         if let Some(p) = self.spill_path.take() {
             let _ = std::fs::remove_file(p);
         }

@@ -125,10 +125,8 @@ impl Speculation {
         let cut = d.unchecked();
         self.spare = Some(d.rows);
         if cut > 0 {
-            if let Some(state) = s.state.as_mut() {
-                let len = state.len();
-                state.truncate(len - cut.min(len));
-            }
+            // The State may be on disk (spilled while the drafts were in flight).
+            s.cut(cut);
         }
     }
 

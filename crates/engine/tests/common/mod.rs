@@ -20,6 +20,24 @@ pub fn gemma() -> Option<Arc<Model>> {
         .clone()
 }
 
+/// Gemma in llama.cpp's numerics, where a batch computes exactly what token-by-token decoding
+/// does: recomputing a cache (after an eviction) gives the same logits, so the same greedy
+/// text. (The default numerics compute batches with f32 GEMM, a last-bit difference that can
+/// flip a near-tie; where a recompute lands depends on timing.)
+pub fn gemma_exact() -> Option<Arc<Model>> {
+    static MODEL: OnceLock<Option<Arc<Model>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = statelm_model::testing::gemma_path()?;
+            let opts = LoadOptions {
+                numerics: statelm_model::Numerics::LlamaCpp,
+                ..LoadOptions::default()
+            };
+            Some(Model::load(path, &opts).expect("gemma loads"))
+        })
+        .clone()
+}
+
 /// An engine over Gemma with small, test-friendly settings.
 pub fn engine(config: EngineConfig) -> Option<(Arc<Model>, EngineHandle)> {
     let model = gemma()?;
