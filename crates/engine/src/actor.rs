@@ -142,7 +142,10 @@ impl Actor {
         let idle = self.jobs.is_empty()
             || (self.core.lifecycle == crate::Lifecycle::Background
                 && !self.jobs.iter().any(Job::is_cancelled));
-        if idle {
+        if idle && self.core.restoring.is_some() {
+            // Budgets are coming back in steps: look again soon rather than wait for a command.
+            std::thread::sleep(Duration::from_millis(20));
+        } else if idle {
             match self.rx.blocking_recv() {
                 Some(cmd) => self.handle_contained(cmd),
                 None => return false,

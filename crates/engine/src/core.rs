@@ -45,6 +45,9 @@ pub(crate) struct Core {
     pub counters: Counters,
     /// Budget factor in force (1.0 unless lowered under pressure).
     pub factor: f64,
+    /// A budget restore under way: since when, and from which factor (it comes back in
+    /// steps, [`crate::pressure`]).
+    pub restoring: Option<(std::time::Instant, f64)>,
     /// The last pressure level acted on.
     pub level: PressureLevel,
     /// The level the memory ceiling itself indicated at the last check.
@@ -109,6 +112,7 @@ impl Core {
             sessions: HashMap::new(),
             counters: Counters::default(),
             factor: 1.0,
+            restoring: None,
             level: PressureLevel::Normal,
             own_level: PressureLevel::Normal,
             os_level: PressureLevel::Normal,

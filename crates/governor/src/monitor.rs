@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::{GovernorError, MemoryReading, MemorySource, PressureLevel};
 
 /// How the monitor runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MonitorConfig {
     /// Read interval of every source; also the longest a source waits for an
     /// event, and so the latency of stopping (default 250 ms).
@@ -19,6 +19,11 @@ pub struct MonitorConfig {
     /// A lower combined level is published only after holding this long, so the
     /// level does not flap (default 1 s). Raises are published at once.
     pub settle: Duration,
+    /// Hysteresis: a lower level is published only once the working set is also this
+    /// fraction of the limit below where it was when the level rose (default 0.05: 6 MiB
+    /// under a 125 MiB limit). Usage that wavers around a threshold keeps the higher level;
+    /// levels from kernel events without a fraction fall by `settle` alone.
+    pub margin: f64,
     /// Also publish every reading as [`MonitorEvent::Reading`] (default false).
     pub publish_readings: bool,
 }
@@ -28,6 +33,7 @@ impl Default for MonitorConfig {
         MonitorConfig {
             interval: Duration::from_millis(250),
             settle: Duration::from_secs(1),
+            margin: 0.05,
             publish_readings: false,
         }
     }
@@ -209,7 +215,76 @@ fn run_source(
     }
 }
 
-/// Combines levels, applies the settle delay and calls the callback.
+/// When a combined level is published: a rise at once; a fall once the level has stayed lower
+/// for [`MonitorConfig::settle`] with the working set [`MonitorConfig::margin`] below where it
+/// was when the level being left was entered.
+#[derive(Default)]
+struct Hysteresis {
+    /// Since when the combined level has been lower than the published one, and clear.
+    lower_since: Option<Instant>,
+    /// The working set's fraction of the limit when the published level rose into Warning
+    /// and into Critical (index 1 and 2).
+    rose_at: [Option<f64>; 3],
+}
+
+impl Hysteresis {
+    /// Whether `combined` is to be published over `published`, with the working set at
+    /// `now` (a fraction of the limit, if known).
+    fn publish(
+        &mut self,
+        combined: PressureLevel,
+        published: PressureLevel,
+        now: Option<f64>,
+        config: &MonitorConfig,
+    ) -> bool {
+        let publish = match combined.cmp(&published) {
+            std::cmp::Ordering::Greater => {
+                (rank(published) + 1..=rank(combined)).for_each(|l| self.rose_at[l] = now);
+                true
+            }
+            std::cmp::Ordering::Less => {
+                let clear = match (self.rose_at[rank(combined) + 1], now) {
+                    (Some(rose), Some(now)) => now <= rose - config.margin,
+                    _ => true,
+                };
+                if clear {
+                    let since = self.lower_since.get_or_insert_with(Instant::now);
+                    since.elapsed() >= config.settle
+                } else {
+                    self.lower_since = None;
+                    false
+                }
+            }
+            std::cmp::Ordering::Equal => {
+                self.lower_since = None;
+                false
+            }
+        };
+        if publish {
+            self.lower_since = None;
+            (rank(combined) + 1..3).for_each(|l| self.rose_at[l] = None);
+        }
+        publish
+    }
+}
+
+/// 0, 1, 2 for Normal, Warning, Critical.
+fn rank(level: PressureLevel) -> usize {
+    match level {
+        PressureLevel::Normal => 0,
+        PressureLevel::Warning => 1,
+        PressureLevel::Critical => 2,
+    }
+}
+
+/// The working set's fraction of the limit in `reading`, when it has both.
+fn fraction(reading: &MemoryReading) -> Option<f64> {
+    let used = reading.working_set.or(reading.usage)?;
+    let limit = reading.limit.filter(|&l| l > 0)?;
+    Some(used as f64 / limit as f64)
+}
+
+/// Combines levels, applies the settle delay and the margin, and calls the callback.
 fn aggregate(
     rx: Receiver<Update>,
     shared: &Mutex<Shared>,
@@ -221,7 +296,8 @@ fn aggregate(
         s.readings.iter().map(|(n, _)| *n).collect()
     };
     let mut levels = vec![PressureLevel::Normal; names.len()];
-    let mut lower_since: Option<Instant> = None;
+    let mut fractions: Vec<Option<f64>> = vec![None; names.len()];
+    let mut hysteresis = Hysteresis::default();
     let tick = config
         .settle
         .min(config.interval)
@@ -230,6 +306,7 @@ fn aggregate(
         match rx.recv_timeout(tick) {
             Ok(Update::Reading(i, reading)) => {
                 levels[i] = reading.level;
+                fractions[i] = fraction(&reading);
                 let combined = levels.iter().copied().max().unwrap_or_default();
                 let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 s.readings[i].1 = Some(reading.clone());
@@ -254,18 +331,8 @@ fn aggregate(
         }
         let combined = levels.iter().copied().max().unwrap_or_default();
         let published = shared.lock().unwrap_or_else(PoisonError::into_inner).level;
-        let publish = match combined.cmp(&published) {
-            std::cmp::Ordering::Greater => true,
-            std::cmp::Ordering::Less => {
-                lower_since.get_or_insert_with(Instant::now).elapsed() >= config.settle
-            }
-            std::cmp::Ordering::Equal => {
-                lower_since = None;
-                false
-            }
-        };
-        if publish {
-            lower_since = None;
+        let now = fractions.iter().flatten().copied().reduce(f64::max);
+        if hysteresis.publish(combined, published, now, config) {
             let i = levels.iter().position(|l| *l == combined).unwrap_or(0);
             let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
             s.level = combined;

@@ -95,7 +95,7 @@ fn monitor_on_the_detected_sources_follows_memavailable() {
     let config = MonitorConfig {
         interval: Duration::from_millis(20),
         settle: Duration::from_millis(40),
-        publish_readings: false,
+        ..MonitorConfig::default()
     };
     let (monitor, events) = Monitor::with_channel(detect_at(dir.path()), config).unwrap();
     let next_level = |want: PressureLevel| {

@@ -1,7 +1,7 @@
 //! The background monitor: combining sources, publishing changes, stopping.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use statelm_governor::{
@@ -13,7 +13,7 @@ fn fast() -> MonitorConfig {
     MonitorConfig {
         interval: Duration::from_millis(20),
         settle: Duration::from_millis(100),
-        publish_readings: false,
+        ..MonitorConfig::default()
     }
 }
 
@@ -155,4 +155,84 @@ fn detected_sources_run_in_a_monitor() {
         println!("{name}: {r:?}");
         assert!(r.usage.is_some());
     }
+}
+
+/// A working set that follows a script of fractions of a 100 MiB limit, one step a read,
+/// its level from the default thresholds (Warning at 80 %).
+struct Scripted {
+    steps: Arc<Mutex<std::collections::VecDeque<f64>>>,
+    last: f64,
+}
+
+impl MemorySource for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn read(&mut self) -> Result<MemoryReading, GovernorError> {
+        if let Some(f) = self.steps.lock().unwrap().pop_front() {
+            self.last = f;
+        }
+        let limit = 100 << 20;
+        let used = (self.last * limit as f64) as u64;
+        Ok(MemoryReading {
+            limit: Some(limit),
+            usage: Some(used),
+            working_set: Some(used),
+            available: Some(limit - used),
+            rss: None,
+            level: statelm_governor::Thresholds::default().level(Some(used), Some(limit)),
+        })
+    }
+    fn wait(&mut self, timeout: Duration) -> Result<Option<PressureLevel>, GovernorError> {
+        std::thread::sleep(timeout);
+        Ok(None)
+    }
+}
+
+/// Counts the Warning -> Normal transitions while the working set follows `script`, one step
+/// each 20 ms, with a hold of 100 ms and `margin`.
+fn falls_along(script: Vec<f64>, margin: f64) -> usize {
+    let config = MonitorConfig {
+        interval: Duration::from_millis(20),
+        settle: Duration::from_millis(100),
+        margin,
+        ..MonitorConfig::default()
+    };
+    let n = script.len();
+    let steps = Arc::new(Mutex::new(script.into_iter().collect()));
+    let source = Scripted {
+        steps: steps.clone(),
+        last: 0.0,
+    };
+    let (_monitor, rx) = Monitor::with_channel(vec![Box::new(source)], config).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(20 * n as u64 + 400);
+    let mut falls = 0;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        if let Ok(MonitorEvent::LevelChanged {
+            level: PressureLevel::Normal,
+            previous: PressureLevel::Warning,
+            ..
+        }) = rx.recv_timeout(left)
+        {
+            falls += 1;
+        }
+    }
+    falls
+}
+
+/// Usage wavering around the Warning threshold (81 % for 200 ms, then 78 % for 200 ms, longer
+/// than the hold) kept the level flipping each time it dipped; within the margin it now stays
+/// Warning, and it falls once when usage truly drops.
+#[test]
+fn a_level_wavering_within_the_margin_does_not_flap() {
+    let mut wave = Vec::new();
+    for _ in 0..6 {
+        wave.extend([0.81; 10]);
+        wave.extend([0.78; 10]);
+    }
+    let flapping = falls_along(wave.clone(), 0.0);
+    assert!(flapping >= 3, "the control flaps: {flapping} falls");
+    assert_eq!(falls_along(wave.clone(), 0.05), 0, "within the margin");
+    wave.extend([0.50; 15]);
+    assert_eq!(falls_along(wave, 0.05), 1, "one fall once usage drops");
 }

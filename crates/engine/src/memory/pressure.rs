@@ -17,6 +17,7 @@ impl Actor {
     /// Acts on a host warning just delivered, on a level an attached monitor reported, on a
     /// host level whose hold lapsed, or on the ceiling's own level when it changed.
     pub(crate) fn check_pressure(&mut self) {
+        self.step_budgets();
         let now = Instant::now();
         let (event, os, held) = {
             let mut inbox = self.shared().pressure();
@@ -43,6 +44,31 @@ impl Actor {
         if own != self.core.own_level {
             self.core.own_level = own;
             self.run_ladder();
+        }
+    }
+
+    /// Brings lowered budgets back a step at a time once the pressure is over: a quarter of
+    /// the way at once, then a quarter each [`restore_step`], so that a conversation does not
+    /// grow straight back to where the pressure began.
+    pub(crate) fn step_budgets(&mut self) {
+        let Some((since, from)) = self.core.restoring else {
+            return;
+        };
+        if self.core.level != PressureLevel::Normal {
+            self.core.restoring = None;
+            return;
+        }
+        let step = restore_step(self.core.config.pressure_hold);
+        let k = (1 + since.elapsed().as_nanos() / step.as_nanos().max(1)).min(RESTORE_STEPS);
+        let factor = from + (1.0 - from) * k as f64 / RESTORE_STEPS as f64;
+        if factor != self.core.factor {
+            tracing::info!(factor, "memory pressure over: budgets restored a step");
+            self.core.factor = factor;
+            self.mark_dirty();
+        }
+        if k == RESTORE_STEPS {
+            self.core.factor = 1.0;
+            self.core.restoring = None;
         }
     }
 
@@ -155,8 +181,16 @@ impl Actor {
 
     fn apply(&mut self, action: Action) {
         match action {
-            Action::LowerBudgets { factor, .. } => self.core.factor = factor,
-            Action::RestoreBudgets { .. } => self.core.factor = 1.0,
+            Action::LowerBudgets { factor, .. } => {
+                self.core.factor = factor;
+                self.core.restoring = None;
+            }
+            Action::RestoreBudgets { .. } => {
+                if self.core.factor < 1.0 && self.core.restoring.is_none() {
+                    self.core.restoring = Some((Instant::now(), self.core.factor));
+                    self.step_budgets();
+                }
+            }
             Action::Spill { session, reason } => {
                 if self.core.spill(SessionId(session), reason) {
                     self.snapshot_session(SessionId(session));
@@ -296,6 +330,15 @@ impl Actor {
         job.paused_until = Some(Instant::now() + self.core.config.pressure_hold);
         job.emit(Event::CacheEvicted { reason });
     }
+}
+
+/// Steps in which lowered budgets come back.
+const RESTORE_STEPS: u128 = 4;
+
+/// The time between two steps of a budget restore: a quarter of the pressure hold, within
+/// 50 ms and 10 s.
+pub(crate) fn restore_step(hold: Duration) -> Duration {
+    (hold / 4).clamp(Duration::from_millis(50), Duration::from_secs(10))
 }
 
 /// Pressure reported from outside the engine thread, waiting for the engine to act on it.
