@@ -6,6 +6,7 @@
 //! ```
 //! (`scripts/mobile` and `tests/kotlin.rs` run it). The package names come from
 //! `crates/ffi/uniffi.toml`.
+#![forbid(unsafe_code)]
 
 fn main() {
     uniffi::uniffi_bindgen_main()

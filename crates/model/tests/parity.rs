@@ -10,8 +10,11 @@ mod common;
 use common::teacher_force_file;
 use statelm_model::{testing, KvType, LoadOptions, Model, Numerics};
 
-/// The bar for the f32 run: (top-1 agreement, mean |Δlogit|).
-const F32_BAR: (f64, f64) = (0.99, 0.1);
+/// The bar for the f32 run in llama.cpp's numerics: (top-1 agreement, mean |Δlogit|). It is
+/// bit-identical to the reference (every top-1, and |Δ| under the reference files' rounding),
+/// so that is what is asserted — the issue's own bar (99 %, 0.1) would let a regression to
+/// about 1 % disagreement pass.
+const F32_BAR: (f64, f64) = (1.0, 1e-4);
 
 /// Top-1 flips forgiven when the environment selects a subset of the prompts
 /// (`STATELM_PARITY_PROMPTS`, `STATELM_PARITY_ONLY`): over one prompt's 32 steps a single
@@ -63,9 +66,9 @@ fn check(
         f32kv.top1(),
         f32kv.mean_abs()
     );
-    // Every kernel table, x86 or ARM (NEON sums in the AVX2 kernels' order), is held to this.
-    let (top1, mean_bar) = F32_BAR;
-    let top1_bar = subset_top1_bar(top1, f32kv.steps);
+    // Every kernel table, x86 or ARM (NEON sums in the AVX2 kernels' order), is held to this,
+    // subsets of prompts too: exact agreement forgives no flip.
+    let (top1_bar, mean_bar) = F32_BAR;
     assert!(
         f32kv.top1() >= top1_bar,
         "f32 KV top-1 agreement {:.3} < {top1_bar}",
