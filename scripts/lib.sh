@@ -8,7 +8,9 @@
 # a comma-separated list of the stages (or parts of one) that may be skipped when they cannot do
 # their work. The names: soak, serve-cgroup (no root or no writable memory cgroup here), and
 # cross-TARGET for a phone library of scripts/cross whose rustup TARGET cannot be installed
-# (aarch64-apple-ios, aarch64-apple-ios-sim, aarch64-apple-darwin, aarch64-linux-android). A
+# (aarch64-apple-ios, aarch64-apple-ios-sim, aarch64-apple-darwin, aarch64-linux-android), and
+# aar-jnilibs for scripts/mobile's Android .so files when no Android NDK is there (.ci/run sets
+# it: this machine has none). A
 # script that skips something by opt-out says so, exits 0 and appends the name to the file
 # named by STATELM_CI_SKIPPED when that is set: .ci/run sets it, empties it before each stage
 # and reports the stage as "skipped by opt-out (STATELM_CI_OPT_OUT)" (or, for a part, after
