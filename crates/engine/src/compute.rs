@@ -12,6 +12,7 @@ use crate::info::RequestSample;
 use crate::job::{Job, Phase};
 use crate::plan::{plan_reuse, Feed, ReusePlan};
 use crate::reasoning::Route;
+use crate::restore::{prepare_session, Prepared};
 use crate::session::Session;
 use crate::speculate::Speculation;
 use crate::stop::StopOutcome;
@@ -62,39 +63,10 @@ fn missing_state() -> EngineError {
     EngineError::Internal("the session's State is not resident".into())
 }
 
-/// Delivers the session's pending events and brings a spilled State back.
-fn prepare_session(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<(), EngineError> {
-    for ev in s.pending.drain(..) {
-        job.emit(ev);
-    }
-    if !s.is_spilled() {
-        return Ok(());
-    }
-    if let Some(path) = &s.spill_path {
-        // Reading the file back holds its bytes and the new State at once.
-        let size = std::fs::metadata(path).map_or(0, |m| m.len());
-        core.make_room(2 * size, 0, &format!("restoring session {}", s.id))?;
-    }
-    match s.restore(&core.model) {
-        Ok(_) => {
-            core.counters.restores += 1;
-            job.emit(Event::Restored);
-        }
-        Err(e) => {
-            s.evict(&core.model, core.state_options())?;
-            core.counters.evictions += 1;
-            job.emit(Event::CacheEvicted {
-                reason: format!(
-                    "restoring the spilled State failed ({e}); the conversation is recomputed"
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// First step: events, restore, tokenize, plan reuse and budget, admission.
 fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, EngineError> {
+    s.fit = None;
+    // A State recomputed instead of restored is planned from the history like any other.
     prepare_session(job, s, core)?;
     let input = job.input.take().ok_or(EngineError::EmptyPrompt)?;
     let model = core.model.clone();
@@ -126,30 +98,69 @@ fn start(job: &mut Job, s: &mut Session, core: &mut Core) -> Result<Next, Engine
         (state_len, tail),
         tk.prompt,
     )?;
-    let budget = s.effective_budget(core.factor);
-    let feed_len = plan.history.len() - plan.feed_from;
-    let reserve = job.max_tokens.max(1);
-    let turns = if plan.state_keep + feed_len > budget {
-        let state = s.state.as_ref().map_or(&[][..], |st| st.tokens());
-        let kept = &state[..plan.state_keep.min(state.len())];
-        let feed = &plan.history[plan.feed_from..];
-        text::context_turns(core.turn_header.as_deref(), kept, feed)
-    } else {
-        Vec::new()
-    };
-    let trim = budget::plan_prefill(plan.state_keep, feed_len, s.pinned, budget, reserve, &turns)
-        .map_err(|_| EngineError::PromptTooLong {
-        prompt_tokens: plan.history.len(),
-        budget,
-        pinned: s.pinned,
-    })?;
-    admit(job, s, core, &plan, trim.map(|t| t.kept))?;
+    let (trim, budget) = plan_and_admit(job, s, core, &plan)?;
     let floor = plan.history.starts_with(&s.history).then_some(old_len);
     job.history_floor = Some(floor.unwrap_or(0));
     let feed = apply_plan(job, s, core, plan, trim, budget)?;
     job.detok = Some(text::continuation_detokenizer(tok));
     job.reasoning = crate::reasoning::ReasoningSplit::new(tok, &s.history);
     Ok(Next::Continue(Phase::Prefill(feed)))
+}
+
+/// Plans the trim that fits `plan` in the session's budget, and admits it. When admission
+/// finds no room even after spilling the others, the budget is lowered to what fits in memory
+/// and the plan made again ([`crate::fit`]); only a context that cannot fit even then is
+/// refused. Returns the trim and the budget in force.
+fn plan_and_admit(
+    job: &Job,
+    s: &mut Session,
+    core: &mut Core,
+    plan: &ReusePlan,
+) -> Result<(Option<budget::PrefillTrim>, usize), EngineError> {
+    let feed_len = plan.history.len() - plan.feed_from;
+    let reserve = job.max_tokens.max(1);
+    let mut refused = None;
+    loop {
+        let budget = s.effective_budget(core.factor);
+        let turns = if plan.state_keep + feed_len > budget {
+            let state = s.state.as_ref().map_or(&[][..], |st| st.tokens());
+            let kept = &state[..plan.state_keep.min(state.len())];
+            let feed = &plan.history[plan.feed_from..];
+            text::context_turns(core.turn_header.as_deref(), kept, feed)
+        } else {
+            Vec::new()
+        };
+        let planned =
+            budget::plan_prefill(plan.state_keep, feed_len, s.pinned, budget, reserve, &turns);
+        let trim = match (planned, refused.take()) {
+            (Ok(t), _) => t,
+            (Err(_), Some(e)) => return Err(e),
+            (Err(_), None) => {
+                return Err(EngineError::PromptTooLong {
+                    prompt_tokens: plan.history.len(),
+                    budget,
+                    pinned: s.pinned,
+                })
+            }
+        };
+        match admit(job, s, core, plan, trim.map(|t| t.kept)) {
+            Ok(()) => return Ok((trim, budget)),
+            Err(e) if s.fit.is_none() => match core.fit_after(s, &e, draft_rows(job, core)) {
+                Some(fit) => {
+                    s.fit = Some(fit);
+                    refused = Some(e);
+                }
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Bytes of logits rows prompt lookup's verification needs beyond the last one.
+fn draft_rows(job: &Job, core: &Core) -> u64 {
+    let drafts = job.spec.as_ref().map_or(0, |sp| sp.policy.max());
+    (drafts * core.model.config().n_vocab * 4) as u64
 }
 
 /// How many of the State's last tokens are the history's last evaluated tokens (after its
@@ -204,8 +215,7 @@ fn admit(
     let peak = (after + job.max_tokens).min(budget);
     // Prompt lookup's verification returns a logits row per drafted token as well.
     let drafts = job.spec.as_ref().map_or(0, |sp| sp.policy.max());
-    let rows = (drafts * core.model.config().n_vocab * 4) as u64;
-    let needed = core.growth(s, peak) + rows;
+    let needed = core.growth(s, peak) + draft_rows(job, core);
     let mut what = format!(
         "a prefill of {} tokens",
         plan.history.len() - plan.feed_from
@@ -247,18 +257,21 @@ fn apply_plan(
     let reprefill = absorb_pending(state, &mut feed);
     if let Some(t) = trim {
         core.counters.trims += 1;
-        job.emit(Event::ContextTrimmed {
-            dropped: t.dropped,
-            kept: t.kept,
-            reason: format!(
-                "the context of {} tokens would pass the token budget of {budget}: {}",
-                t.dropped + t.kept,
-                kept_words(t.cut, t.pinned, t.kept - t.pinned)
-            ),
-            method: if reprefill {
-                TrimMethod::Reprefill
-            } else {
-                TrimMethod::Shift
+        job.emit(match &s.fit {
+            Some(fit) => crate::fit::trimmed_event(&t, fit, reprefill),
+            None => Event::ContextTrimmed {
+                dropped: t.dropped,
+                kept: t.kept,
+                reason: format!(
+                    "the context of {} tokens would pass the token budget of {budget}: {}",
+                    t.dropped + t.kept,
+                    kept_words(t.cut, t.pinned, t.kept - t.pinned)
+                ),
+                method: if reprefill {
+                    TrimMethod::Reprefill
+                } else {
+                    TrimMethod::Shift
+                },
             },
         });
     }
@@ -279,12 +292,18 @@ fn prefill(
     mut feed: Feed,
 ) -> Result<Next, EngineError> {
     if s.is_spilled() {
-        prepare_session(job, s, core)?;
+        if let Prepared::Recompute(context, trimmed) = prepare_session(job, s, core)? {
+            // Under way: what the State held goes back in front of the rest of the feed.
+            feed.insert_refeed(&context);
+            s.trimmed = trimmed;
+        }
     }
     if let Some(state) = s.state.as_mut() {
         absorb_pending(state, &mut feed);
     }
-    check_growth(s, core, feed.remaining().min(core.chunk))?;
+    if let Err(e) = check_growth(s, core, feed.remaining().min(core.chunk)) {
+        fit_under_way(job, s, core, &mut feed, e)?;
+    }
     let state = s.state.as_mut().ok_or_else(missing_state)?;
     let chunk = feed.next_chunk(core.chunk);
     let last = chunk.len() == feed.remaining();
@@ -351,9 +370,10 @@ fn prefill(
     Ok(Next::Continue(Phase::Decode(logits)))
 }
 
-/// Real-memory admission before the State grows by `tokens` tokens: a prefill chunk, or
-/// every [`crate::footprint::DECODE_CHECK_EVERY`] decoded tokens (one reading of a few kernel
-/// files).
+/// Admission before the State grows by `tokens` tokens — under the accounted ceiling (other
+/// conversations grow between this one's chunks) and the real footprint (one reading of a few
+/// kernel files): a prefill chunk, or every [`crate::footprint::DECODE_CHECK_EVERY`] decoded
+/// tokens.
 fn check_growth(s: &Session, core: &mut Core, tokens: usize) -> Result<(), EngineError> {
     let len = s.state_len();
     if tokens <= 1 && !len.is_multiple_of(crate::footprint::DECODE_CHECK_EVERY) {
@@ -366,7 +386,30 @@ fn check_growth(s: &Session, core: &mut Core, tokens: usize) -> Result<(), Engin
     } else {
         format!("generating in session {}", s.id)
     };
-    core.real_room(needed, &what)
+    core.make_room(needed, s.resident_bytes(), &what)
+}
+
+/// Admission refused the next chunk of a conversation under way (`e`) even after spilling the
+/// others: trims it to what fits in memory and checks again, or returns `e` when the smallest
+/// budget cannot fit.
+fn fit_under_way(
+    job: &mut Job,
+    s: &mut Session,
+    core: &mut Core,
+    feed: &mut Feed,
+    e: EngineError,
+) -> Result<(), EngineError> {
+    let Some(fit) = core.fit_after(s, &e, draft_rows(job, core)) else {
+        return Err(e);
+    };
+    if !crate::fit::trim_under_way(job, s, core, feed, &fit) {
+        return Err(e);
+    }
+    s.fit = Some(fit);
+    if let Some(state) = s.state.as_mut() {
+        absorb_pending(state, feed);
+    }
+    check_growth(s, core, feed.remaining().min(core.chunk))
 }
 
 /// Samples one token, streams it, checks the stop rules, and feeds it (with drafts, when
@@ -578,7 +621,7 @@ fn decode_trim(job: &mut Job, s: &mut Session, core: &mut Core) {
 }
 
 /// What a trim kept, in words, for its event.
-fn kept_words(cut: budget::Cut, pinned: usize, rest: usize) -> String {
+pub(crate) fn kept_words(cut: budget::Cut, pinned: usize, rest: usize) -> String {
     match cut {
         budget::Cut::Turns => format!(
             "dropped the oldest whole turns; kept the {pinned} pinned tokens and the most \
@@ -660,6 +703,8 @@ pub(crate) fn fail(job: &mut Job, s: &mut Session, core: &mut Core, e: EngineErr
 
 /// Bookkeeping common to every end: history consistency, counters, session release.
 fn close(job: &mut Job, s: &mut Session, core: &mut Core) -> DoneStats {
+    // A budget lowered to what fits held for this request only.
+    s.fit = None;
     if let (false, Some(floor)) = (job.prompt_done, job.history_floor) {
         // The prompt was abandoned half-way: keep only what the State has seen.
         let keep = s.evaluated.max(floor).min(s.history.len());

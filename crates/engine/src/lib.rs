@@ -63,9 +63,9 @@ pub mod speculate;
 mod text;
 pub mod tools;
 
-use memory::{budget, footprint, pressure, tier};
+use memory::{budget, fit, footprint, pressure, tier};
 pub use sampling::{dry, rng, stop};
-use sessions::{durable, history_log, pool, session, snapshot};
+use sessions::{durable, history_log, pool, restore, session, snapshot};
 use speculate::draft_policy;
 pub use speculate::lookup;
 

@@ -161,6 +161,27 @@ impl Feed {
         self.pos = (self.pos + n).min(self.tokens.len());
     }
 
+    /// The tokens not fed yet.
+    pub fn rest(&self) -> &[u32] {
+        &self.tokens[self.pos..]
+    }
+
+    /// Drops `n` of the tokens not fed yet, after the first `head` of them (a trim: the
+    /// history they stand for is not computed, and `evaluated` still moves past it).
+    pub fn skip(&mut self, head: usize, n: usize) {
+        let from = (self.pos + head).min(self.tokens.len());
+        let to = (from + n).min(self.tokens.len());
+        self.tokens.drain(from..to);
+        self.hist_after.drain(from..to);
+    }
+
+    /// Drops the last `n` tokens not fed yet (unchecked drafts).
+    pub fn drop_tail(&mut self, n: usize) {
+        let keep = self.tokens.len().saturating_sub(n).max(self.pos);
+        self.tokens.truncate(keep);
+        self.hist_after.truncate(keep);
+    }
+
     /// Tokens not fed yet.
     pub fn remaining(&self) -> usize {
         self.tokens.len() - self.pos

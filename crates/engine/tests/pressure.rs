@@ -605,3 +605,157 @@ async fn failing_memory_sources_are_reported() {
         "{last}"
     );
 }
+
+/// A 684-token prompt (two of [`long_prompt`]).
+fn longer_prompt() -> String {
+    long_prompt().repeat(2)
+}
+
+/// What the weights, the scratch and a session holding `prompt` count under a ceiling,
+/// measured on a probe engine without one: `(weights + scratch, the session's state bytes)`.
+async fn measured(dir: &std::path::Path, prompt: &str) -> (u64, u64) {
+    let (model, probe) = engine(config(dir)).unwrap();
+    let a = session(&probe).await.unwrap();
+    run(&probe, greedy(a, Input::Text(prompt.into()), 2)).await;
+    let state = probe.session_info(a).await.unwrap().state_bytes as u64;
+    (
+        model.file_bytes() + probe.stats().await.scratch_bytes,
+        state,
+    )
+}
+
+/// The `ContextTrimmed` events of a run that say the conversation was held to what fits.
+fn memory_trims(r: &Run) -> Vec<(usize, usize)> {
+    r.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ContextTrimmed {
+                dropped,
+                kept,
+                reason,
+                ..
+            } if reason.contains("fit in memory") => {
+                eprintln!("trimmed to fit: {reason}");
+                Some((*dropped, *kept))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_conversation_too_long_for_memory_is_trimmed_to_fit_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    if gemma().is_none() {
+        return;
+    }
+    let (base, one) = measured(dir.path(), &long_prompt()).await;
+    // Room for a 342-token conversation and a quarter more, not for 684 tokens.
+    let ceiling = base + one + one / 4;
+    let cfg = EngineConfig {
+        memory_ceiling: Some(ceiling),
+        ..config(dir.path())
+    };
+    let (_, limited) = engine(cfg).unwrap();
+    // A first conversation grows the scratch to its full size (and is spilled next).
+    let warm = session(&limited).await.unwrap();
+    run(&limited, greedy(warm, Input::Text(long_prompt()), 2)).await;
+    let a = session(&limited).await.unwrap();
+    let r = run(&limited, greedy(a, Input::Text(longer_prompt()), 4)).await;
+    assert!(r.done.is_some(), "refused instead of trimmed: {r:?}");
+    let trims = memory_trims(&r);
+    assert_eq!(trims.len(), 1, "{:?}", r.events);
+    // Trimmed when the prompt was planned, before any of it was computed.
+    assert_eq!(r.done().prefilled_tokens, trims[0].1, "{:?}", r.done());
+    let (dropped, kept) = trims[0];
+    assert!(dropped > 0 && kept >= 342 / 2, "{trims:?}");
+    assert_eq!(r.tokens.len(), 4);
+    let stats = limited.stats().await;
+    assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
+    assert_eq!(
+        stats.admission_refusals, 1,
+        "the refusal that led to the trim"
+    );
+    // The next turn starts from the full budget again, and is trimmed again to what fits.
+    let r = run(&limited, greedy(a, Input::Append(" More.".into()), 2)).await;
+    assert!(r.done.is_some(), "{r:?}");
+    // A ceiling that leaves room for less than the smallest budget still refuses.
+    let cfg = EngineConfig {
+        memory_ceiling: Some(base + one / 1000),
+        ..config(dir.path())
+    };
+    let (_, tight) = engine(cfg).unwrap();
+    let b = session(&tight).await.unwrap();
+    let r = run(&tight, greedy(b, Input::Text(longer_prompt()), 4)).await;
+    let err = r.error.unwrap_or_default();
+    assert!(err.contains("over the memory ceiling"), "{err}");
+}
+
+#[tokio::test]
+async fn a_spilled_conversation_too_big_to_read_back_whole_is_recomputed_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    if gemma().is_none() {
+        return;
+    }
+    let (base, one) = measured(dir.path(), &longer_prompt()).await;
+    // Room for the 684-token conversation, not for its spill file and its State at once.
+    let ceiling = base + one + one / 8;
+    let cfg = EngineConfig {
+        memory_ceiling: Some(ceiling),
+        ..config(dir.path())
+    };
+    let (_, limited) = engine(cfg).unwrap();
+    let a = session(&limited).await.unwrap();
+    let first = run(&limited, greedy(a, Input::Text(longer_prompt()), 2)).await;
+    assert!(first.done.is_some(), "{first:?}");
+    // A second conversation spills the first.
+    let b = session(&limited).await.unwrap();
+    let rb = run(&limited, greedy(b, Input::Text(long_prompt()), 2)).await;
+    assert!(rb.done.is_some(), "{rb:?}");
+    assert!(limited.session_info(a).await.unwrap().spilled);
+    let r = run(&limited, greedy(a, Input::Append(" Again.".into()), 3)).await;
+    assert!(r.done.is_some(), "refused instead of recomputed: {r:?}");
+    let evicted = r.events.iter().find_map(|e| match e {
+        Event::CacheEvicted { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    let evicted = evicted.unwrap_or_else(|| panic!("no CacheEvicted: {:?}", r.events));
+    assert!(evicted.contains("restoring session"), "{evicted}");
+    assert!(!r.events.iter().any(|e| matches!(e, Event::Restored)));
+    assert_eq!(r.tokens.len(), 3);
+    // The whole conversation was computed again (it fits once it is not read back).
+    let info = limited.session_info(a).await.unwrap();
+    assert!(info.state_tokens > 684, "{info:?}");
+    let stats = limited.stats().await;
+    assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
+}
+
+#[tokio::test]
+async fn conversations_growing_side_by_side_are_trimmed_to_fit_at_a_prefill_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    if gemma().is_none() {
+        return;
+    }
+    let (base, one) = measured(dir.path(), &longer_prompt()).await;
+    // Each conversation is admitted alone; the two together pass the ceiling half-way.
+    let ceiling = base + one + one / 2;
+    let cfg = EngineConfig {
+        memory_ceiling: Some(ceiling),
+        prefill_chunk: 32,
+        ..config(dir.path())
+    };
+    let (_, limited) = engine(cfg).unwrap();
+    let (a, b) = (
+        session(&limited).await.unwrap(),
+        session(&limited).await.unwrap(),
+    );
+    let (ra, rb) = tokio::join!(
+        run(&limited, greedy(a, Input::Text(longer_prompt()), 3)),
+        run(&limited, greedy(b, Input::Text(longer_prompt()), 3)),
+    );
+    assert!(ra.done.is_some() && rb.done.is_some(), "{ra:?}\n{rb:?}");
+    let trims = [memory_trims(&ra), memory_trims(&rb)].concat();
+    assert!(!trims.is_empty(), "{:?}\n{:?}", ra.events, rb.events);
+    let stats = limited.stats().await;
+    assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
+}

@@ -37,6 +37,9 @@ pub(crate) struct Session {
     pub pinned: usize,
     /// Its token budget as configured.
     pub budget: usize,
+    /// The budget lowered to what fits in memory, for the request under way (admission's
+    /// last rung, [`crate::fit`]).
+    pub fit: Option<crate::fit::Fit>,
     /// Events to deliver at the start of its next stream.
     pub pending: Vec<Event>,
     /// The generation running on it.
@@ -71,6 +74,7 @@ impl Session {
             evaluated: 0,
             trimmed: false,
             budget,
+            fit: None,
             pending: Vec::new(),
             busy: None,
             last_used: Instant::now(),
@@ -82,13 +86,15 @@ impl Session {
         }
     }
 
-    /// The budget in force with the engine's budget `factor` (never below the minimum).
+    /// The budget in force with the engine's budget `factor` (never below the minimum), and
+    /// within what fits in memory when admission had to lower it.
     pub fn effective_budget(&self, factor: f64) -> usize {
         let b = (self.budget as f64 * factor) as usize;
-        b.clamp(
+        let b = b.clamp(
             crate::config::MIN_TOKEN_BUDGET.min(self.budget),
             self.budget,
-        )
+        );
+        self.fit.as_ref().map_or(b, |f| b.min(f.tokens))
     }
 
     /// Tokens in the State (or in the spilled one).
