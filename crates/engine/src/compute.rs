@@ -257,23 +257,14 @@ fn apply_plan(
     let reprefill = absorb_pending(state, &mut feed);
     if let Some(t) = trim {
         core.counters.trims += 1;
-        job.emit(match &s.fit {
-            Some(fit) => crate::fit::trimmed_event(&t, fit, reprefill),
-            None => Event::ContextTrimmed {
-                dropped: t.dropped,
-                kept: t.kept,
-                reason: format!(
-                    "the context of {} tokens would pass the token budget of {budget}: {}",
-                    t.dropped + t.kept,
-                    kept_words(t.cut, t.pinned, t.kept - t.pinned)
-                ),
-                method: if reprefill {
-                    TrimMethod::Reprefill
-                } else {
-                    TrimMethod::Shift
-                },
-            },
-        });
+        let why = match &s.fit {
+            Some(fit) => fit.why.clone(),
+            None => format!(
+                "the context of {} tokens would pass the token budget of {budget}",
+                t.dropped + t.kept
+            ),
+        };
+        job.emit(crate::fit::trimmed_event(&t, &why, reprefill));
     }
     job.cached_tokens = state.len();
     job.prompt_tokens = plan.history.len();

@@ -121,18 +121,17 @@ pub(crate) fn trim_under_way(
     s.trimmed = true;
     statelm_governor::release_free_memory();
     core.counters.trims += 1;
-    job.emit(trimmed_event(&t, fit, reprefill));
+    job.emit(trimmed_event(&t, &fit.why, reprefill));
     true
 }
 
-/// The event for a trim `t` to the memory budget of `fit`.
-pub(crate) fn trimmed_event(t: &budget::PrefillTrim, fit: &Fit, reprefill: bool) -> Event {
+/// The event for a prefill trim `t`, made `why` (the token budget, or what fits in memory).
+pub(crate) fn trimmed_event(t: &budget::PrefillTrim, why: &str, reprefill: bool) -> Event {
     Event::ContextTrimmed {
         dropped: t.dropped,
         kept: t.kept,
         reason: format!(
-            "{}; {}",
-            fit.why,
+            "{why}: {}",
             crate::compute::kept_words(t.cut, t.pinned, t.kept - t.pinned)
         ),
         method: if reprefill {
