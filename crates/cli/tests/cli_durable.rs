@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 const TURN_1: &str = "My name is Ada and my favourite colour is teal. Say hello.";
 const TURN_2: &str = "What is two plus two?";
 const TURN_3: &str = "Write a long story about a lighthouse keeper and the sea.";
+/// The turn killed when the engine answered turn 3 within the cgroup's limit.
+const TURN_4: &str = "Write a long story about a fisherman and the storm.";
 /// What turn 3 adds to its prompt: a few hundred tokens, so its prefill grows the KV cache
 /// by more than the cgroup's margin.
 const TURN_3_CONTEXT: &str = " The sea was calm and grey that morning, and the gulls were quiet.";
@@ -185,37 +187,64 @@ impl Chat {
     }
 }
 
-/// Kills the chat in the middle of its third turn: by the OOM killer inside `cgroup` (its
-/// limit set just above what the chat uses now), else (or if the kernel does not act within
-/// the answer) by SIGKILL once the answer has started. The engine reads the cgroup's limit
-/// too and may refuse the turn rather than outgrow it (its real-memory guard): then the
-/// limit is lifted, the turn sent again, and the chat SIGKILLed mid-answer. Returns how it
-/// died.
-fn kill_mid_turn(chat: &mut Chat, cgroup: Option<&Cgroup>) -> &'static str {
+/// How [`kill_mid_turn`] ended the chat.
+struct Killed {
+    /// In words.
+    how: &'static str,
+    /// The message whose answer was cut short (never a completed turn).
+    message: &'static str,
+    /// Turn 3's answer, when the engine answered it within the cgroup's limit (held to what
+    /// fits) and a later turn was the one killed.
+    answered_under_limit: Option<String>,
+}
+
+/// Kills the chat in the middle of a turn: by the OOM killer inside `cgroup` (its limit set
+/// just above what the chat uses now), else by SIGKILL once the answer has started. The engine
+/// reads the cgroup's limit too and keeps within it: it may refuse turn 3 (then the limit is
+/// lifted and the turn sent again) or answer it with the conversation trimmed to what fits
+/// (then the limit is lifted and turn 4 is the one killed). Either way the chat dies by a real
+/// signal in the middle of an answer.
+fn kill_mid_turn(chat: &mut Chat, cgroup: Option<&Cgroup>) -> Killed {
     use std::os::unix::process::ExitStatusExt;
     let (before, errors) = (chat.out().len(), chat.err().matches("error:").count());
-    let limited = cgroup.and_then(|cg| {
+    let stats = chat.err().matches("[state ").count();
+    let mut limited = cgroup.and_then(|cg| {
         let usage = cg.usage()?;
         cg.set_limit(usage + (2 << 20)).then_some(cg)
     });
-    chat.send(&format!("{TURN_3}{}", TURN_3_CONTEXT.repeat(30)));
+    let long_turn = |m: &str| format!("{m}{}", TURN_3_CONTEXT.repeat(30));
+    chat.send(&long_turn(TURN_3));
+    // Printed once turn 3 is over (the chat reads its next line after the answer).
+    chat.send("/stats");
     let start = Instant::now();
-    let mut limited = limited;
+    let (mut message, mut answered_under_limit, mut before) = (TURN_3, None, before);
     let how = loop {
         if let Some(status) = chat.child.try_wait().expect("try_wait") {
             assert_eq!(status.signal(), Some(9), "killed by the kernel: {status:?}");
             break "OOM-killed under a real cgroup memory limit";
         }
-        if let Some(cg) = limited.filter(|_| chat.err().matches("error:").count() > errors) {
-            assert!(
-                chat.err().contains("memory"),
-                "refused for memory: {}",
-                chat.err()
-            );
-            eprintln!("the engine refused the turn under the limit; lifting it");
-            assert!(cg.set_limit(u64::MAX >> 2), "lift the limit");
-            limited = None;
-            chat.send(&format!("{TURN_3}{}", TURN_3_CONTEXT.repeat(30)));
+        if let Some(cg) = limited {
+            let refused = chat.err().matches("error:").count() > errors;
+            let answered = chat.err().matches("[state ").count() > stats;
+            if refused || answered {
+                assert!(
+                    !refused || chat.err().contains("memory"),
+                    "refused for memory: {}",
+                    chat.err()
+                );
+                eprintln!(
+                    "the engine {} turn 3 under the limit; lifting it",
+                    if refused { "refused" } else { "answered" }
+                );
+                if answered && !refused {
+                    answered_under_limit = Some(chat.out()[before..].trim().to_string());
+                    message = TURN_4;
+                }
+                assert!(cg.set_limit(u64::MAX >> 2), "lift the limit");
+                limited = None;
+                before = chat.out().len();
+                chat.send(&long_turn(message));
+            }
         }
         let started = chat.out().len() > before + 8;
         let patience = if limited.is_some() { 30 } else { 0 };
@@ -235,7 +264,11 @@ fn kill_mid_turn(chat: &mut Chat, cgroup: Option<&Cgroup>) -> &'static str {
             assert!(n >= 1, "the cgroup counted no OOM kill");
         }
     }
-    how
+    Killed {
+        how,
+        message,
+        answered_under_limit,
+    }
 }
 
 #[test]
@@ -268,8 +301,8 @@ fn a_killed_chat_resumes_with_every_completed_turn() {
     let answer_1 = chat.turn(TURN_1);
     let answer_2 = chat.turn(TURN_2);
     assert!(!answer_1.is_empty() && !answer_2.is_empty());
-    let how = kill_mid_turn(&mut chat, cgroup.as_ref());
-    eprintln!("the chat was {how}");
+    let killed = kill_mid_turn(&mut chat, cgroup.as_ref());
+    eprintln!("the chat was {}", killed.how);
     let partial = chat.out();
     drop(chat);
     drop(cgroup);
@@ -303,14 +336,25 @@ fn a_killed_chat_resumes_with_every_completed_turn() {
         );
     }
     assert!(
-        !out.contains(TURN_3),
+        !out.contains(killed.message),
         "the killed turn is not a completed one: {out}"
     );
-    let history_end = out.find(&answer_2).unwrap() + answer_2.len();
+    let last_answer = killed.answered_under_limit.unwrap_or(answer_2);
+    assert!(
+        out.contains(&last_answer),
+        "{last_answer:?} (answered under the limit) missing from {out}"
+    );
+    let history_end = out.find(&last_answer).unwrap() + last_answer.len();
     let answer_4 = out[history_end..].trim();
     assert!(!answer_4.is_empty(), "the next turn answers: {out}\n{err}");
 
-    // Resuming a name that was never used is an error, not a new conversation.
+    bad_names_are_errors(&args);
+}
+
+/// Resuming a name that was never used is an error, not a new conversation; a name that is
+/// not a plain file name is refused.
+fn bad_names_are_errors(args: &[&str]) {
+    let n = args.len();
     let mut bad = args.to_vec();
     bad[n - 2] = "--resume";
     bad[n - 1] = "nobody";

@@ -73,7 +73,12 @@ impl Shared {
     /// Shared state whose host warnings hold for `hold`.
     pub fn new(hold: Duration) -> Shared {
         Shared {
-            stats: Mutex::default(),
+            // Until the engine thread publishes, the figures of an engine with nothing in it
+            // (budgets whole, not the zero a derived default would show).
+            stats: Mutex::new(EngineStats {
+                budget_factor: 1.0,
+                ..EngineStats::default()
+            }),
             pressure: Mutex::new(PressureInbox::new(hold)),
             source_errors: Mutex::default(),
             host: Mutex::default(),

@@ -464,13 +464,7 @@ async fn dropping_the_last_handle_stops_the_engine_and_cleans_up() {
     let Some((_, engine)) = engine(cfg) else {
         return;
     };
-    let s = session(&engine).await.unwrap();
-    run(&engine, greedy(s, Input::Text(PROMPT.into()), 2)).await;
-    engine.memory_warning(PressureLevel::Warning);
-    eventually("the spill", || async {
-        engine.session_info(s).await.unwrap().spilled
-    })
-    .await;
+    spilled_session(&engine).await;
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     let weak = engine.downgrade();
     let clone = engine.clone();
@@ -758,4 +752,42 @@ async fn conversations_growing_side_by_side_are_trimmed_to_fit_at_a_prefill_chun
     assert!(!trims.is_empty(), "{:?}\n{:?}", ra.events, rb.events);
     let stats = limited.stats().await;
     assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_turn_that_fails_after_a_spill_notice_still_carries_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        idle_after: Duration::ZERO,
+        ..config(dir.path())
+    };
+    let Some((model, engine)) = engine(cfg) else {
+        return;
+    };
+    let s = spilled_session(&engine).await;
+    // The next turn fails (a token outside the vocabulary) once its session is in hand: the
+    // spill it was told about comes first, then the error.
+    let bad = model.config().n_vocab as u32 + 7;
+    let r = run(&engine, greedy(s, Input::Tokens(vec![2, bad]), 2)).await;
+    assert!(
+        r.error.as_deref().is_some_and(|e| e.contains("vocabulary")),
+        "{r:?}"
+    );
+    assert!(
+        matches!(r.events.first(), Some(Event::Spilled { .. })),
+        "{r:?}"
+    );
+}
+
+/// A session with a short conversation, spilled by a host memory warning (the engine's
+/// `idle_after` must be zero).
+async fn spilled_session(engine: &statelm_engine::EngineHandle) -> statelm_engine::SessionId {
+    let s = session(engine).await.unwrap();
+    run(engine, greedy(s, Input::Text(PROMPT.into()), 2)).await;
+    engine.memory_warning(PressureLevel::Warning);
+    eventually("the spill", || async {
+        engine.session_info(s).await.unwrap().spilled
+    })
+    .await;
+    s
 }

@@ -198,4 +198,36 @@ mod tests {
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(e.body()["error"]["type"], "server_error");
     }
+
+    #[test]
+    fn an_error_reply_carries_its_events() {
+        // A turn refused for memory after its session's spill was announced: the engine does
+        // not repeat the notice, so the error reply must carry it, in body and header.
+        let e: ApiError = EngineError::OverMemory {
+            what: "a prefill".into(),
+            needed: 1 << 20,
+            used: 1 << 30,
+            ceiling: 1 << 30,
+        }
+        .into();
+        let spilled = serde_json::json!({"event": "spilled", "reason": "idle session 1 saved"});
+        let resp = e.into_response_with_events(std::slice::from_ref(&spilled));
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let h = resp.headers();
+        assert!(h["x-statelm-events"].to_str().unwrap().contains("spilled"));
+        assert!(h.contains_key("retry-after"));
+        let body = body_bytes(resp);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "insufficient_memory", "{v}");
+        assert_eq!(v["statelm"]["events"][0], spilled, "{v}");
+    }
+
+    /// The bytes of a reply's body.
+    fn body_bytes(resp: Response) -> Vec<u8> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let body = rt.block_on(axum::body::to_bytes(resp.into_body(), usize::MAX));
+        body.unwrap().to_vec()
+    }
 }

@@ -112,7 +112,7 @@ async fn spilled_session_is_restored_and_reported() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_that_fails_after_a_spill_notice_still_carries_it() {
+async fn a_turn_after_a_spill_notice_carries_it_and_fits_in_memory() {
     let body = |msgs: &Vec<Value>, max: usize| {
         json!({"messages": msgs, "max_tokens": max, "temperature": 0}).to_string()
     };
@@ -136,7 +136,9 @@ async fn a_turn_that_fails_after_a_spill_notice_still_carries_it() {
     drop(probe);
 
     // Room to restore that conversation (its file and its State at once), not to answer at
-    // length: the second turn is refused after its spill was announced.
+    // length: the second turn is held to what fits in memory (trimmed, not refused) and its
+    // reply carries the spill announced before it. (A turn refused after such a notice
+    // carries it the same way: `error::tests::an_error_reply_carries_its_events`.)
     let Some(server) = start(|e, _| {
         e.idle_after = Duration::ZERO;
         e.memory_ceiling = Some(ceiling);
@@ -160,9 +162,12 @@ async fn a_turn_that_fails_after_a_spill_notice_still_carries_it() {
     msgs.push(json!({"role": "assistant", "content": reply}));
     msgs.push(json!({"role": "user", "content": "Now write a long story about it."}));
     let r = request(a, "POST", CHAT, Some(KEY), body(&msgs, 3000).as_bytes()).await;
-    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
-    assert_eq!(v["error"]["code"], "insufficient_memory", "{v}");
+    assert!(
+        v["choices"][0]["message"]["content"].as_str().is_some(),
+        "{v}"
+    );
     let events: Vec<&str> = (v["statelm"]["events"].as_array().into_iter().flatten())
         .filter_map(|e| e["event"].as_str())
         .collect();
