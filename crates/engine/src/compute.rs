@@ -134,7 +134,11 @@ fn plan_and_admit(
             budget::plan_prefill(plan.state_keep, feed_len, s.pinned, budget, reserve, &turns);
         let trim = match (planned, refused.take()) {
             (Ok(t), _) => t,
-            (Err(_), Some(e)) => return Err(e),
+            (Err(_), Some(e)) => {
+                // Not even the fit holds it: the refusal stands (and counts again).
+                core.counters.refusals += 1;
+                return Err(e);
+            }
             (Err(_), None) => {
                 return Err(EngineError::PromptTooLong {
                     prompt_tokens: plan.history.len(),

@@ -667,8 +667,8 @@ async fn a_new_conversation_too_long_for_memory_is_trimmed_to_fit_not_refused() 
     let stats = limited.stats().await;
     assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
     assert_eq!(
-        stats.admission_refusals, 1,
-        "the refusal that led to the trim"
+        stats.admission_refusals, 0,
+        "a refusal that became a trim is not a refused request"
     );
     // The next turn starts from the full budget again, and is trimmed again to what fits.
     let r = run(&limited, greedy(a, Input::Append(" More.".into()), 2)).await;
@@ -683,6 +683,7 @@ async fn a_new_conversation_too_long_for_memory_is_trimmed_to_fit_not_refused() 
     let r = run(&tight, greedy(b, Input::Text(longer_prompt()), 4)).await;
     let err = r.error.unwrap_or_default();
     assert!(err.contains("over the memory ceiling"), "{err}");
+    assert_eq!(tight.stats().await.admission_refusals, 1);
 }
 
 #[tokio::test]
@@ -722,6 +723,7 @@ async fn a_spilled_conversation_too_big_to_read_back_whole_is_recomputed_not_ref
     assert!(info.state_tokens > 684, "{info:?}");
     let stats = limited.stats().await;
     assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
+    assert_eq!(stats.admission_refusals, 0, "{stats:?}");
 }
 
 #[tokio::test]
@@ -752,6 +754,7 @@ async fn conversations_growing_side_by_side_are_trimmed_to_fit_at_a_prefill_chun
     assert!(!trims.is_empty(), "{:?}\n{:?}", ra.events, rb.events);
     let stats = limited.stats().await;
     assert!(base + stats.state_bytes_total <= ceiling, "{stats:?}");
+    assert_eq!(stats.admission_refusals, 0, "{stats:?}");
 }
 
 #[tokio::test]
