@@ -147,6 +147,11 @@ pub(crate) struct MemoryArgs {
     /// (a second SIGUSR1 within it counts as CRITICAL).
     #[arg(long, value_name = "MS", default_value_t = statelm_engine::DEFAULT_PRESSURE_HOLD.as_millis() as u64)]
     pressure_hold_ms: u64,
+    /// Turn the memory governor off: no pressure monitor and no admission against the real
+    /// footprint (the token budget still applies). For negative controls only: under a tight
+    /// limit the OS kills the process, which is what such a test shows.
+    #[arg(long, hide = true)]
+    no_governor: bool,
 }
 
 impl MemoryArgs {
@@ -155,9 +160,18 @@ impl MemoryArgs {
         std::time::Duration::from_millis(self.pressure_hold_ms)
     }
 
+    /// The engine's admission against the real footprint (off with `--no-governor`).
+    pub(crate) fn real_memory(&self) -> statelm_engine::RealMemory {
+        statelm_engine::RealMemory {
+            enabled: !self.no_governor,
+            ..Default::default()
+        }
+    }
+
     /// Starts watching memory for `engine`; keep the result alive while it should watch.
     pub(crate) fn watch(&self, engine: &EngineHandle) -> MemoryWatch {
-        let monitor = (!self.no_monitor).then(|| attach_monitor(engine)).flatten();
+        let watch = !self.no_monitor && !self.no_governor;
+        let monitor = watch.then(|| attach_monitor(engine)).flatten();
         let signals = engine
             .forward_signals()
             .map_err(|e| tracing::warn!(error = %e, "SIGUSR1/SIGUSR2 not forwarded"))

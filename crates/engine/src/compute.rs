@@ -135,8 +135,7 @@ fn plan_and_admit(
         let trim = match (planned, refused.take()) {
             (Ok(t), _) => t,
             (Err(_), Some(e)) => {
-                // Not even the fit holds it: the refusal stands (and counts again).
-                core.counters.refusals += 1;
+                // Not even the fit holds it: the refusal stands.
                 return Err(e);
             }
             (Err(_), None) => {
@@ -692,6 +691,7 @@ pub(crate) fn finish(job: &mut Job, s: &mut Session, core: &mut Core, reason: St
 /// Ends the request with an error.
 pub(crate) fn fail(job: &mut Job, s: &mut Session, core: &mut Core, e: EngineError) {
     tracing::debug!(request = job.id.0, session = s.id.0, error = %e, "generation failed");
+    core.count_refusal(&e);
     close(job, s, core);
     job.emit_err(e);
 }

@@ -98,7 +98,13 @@ impl Core {
         grammars: Arc<crate::sampling::constraint::Grammars>,
     ) -> Core {
         let chunk = config.prefill_chunk;
-        let footprint = config.real_memory.enabled.then(FootprintReader::detect);
+        let footprint = config.real_memory.enabled.then(|| {
+            match statelm_governor::keep_huge_pages_out() {
+                Ok(on) => tracing::debug!(huge_pages_off = on, "working set without huge pages"),
+                Err(e) => tracing::warn!(error = %e, "transparent huge pages stay on: the working set may overstate what is in use"),
+            }
+            FootprintReader::detect()
+        });
         Core {
             scratch: Scratch::with_ubatch(chunk),
             chunk,
@@ -218,6 +224,16 @@ impl Core {
         self.real_room(needed, what)
     }
 
+    /// Counts `e` in `admission_refusals` when it refuses a request for memory. The one place
+    /// a refusal is counted is where it reaches the caller (a failed request, a session not
+    /// created or loaded): admission saying no, then a trim or a recompute fitting the
+    /// conversation after all, is not a refusal.
+    pub(crate) fn count_refusal(&mut self, e: &EngineError) {
+        if matches!(e, EngineError::OverMemory { .. }) {
+            self.counters.refusals += 1;
+        }
+    }
+
     /// [`Core::make_room`] under the accounted ceiling only.
     fn accounted_room(&mut self, needed: u64, extra: u64, what: &str) -> Result<(), EngineError> {
         let Some(ceiling) = self.config.memory_ceiling else {
@@ -238,7 +254,6 @@ impl Core {
                 .min_by_key(|s| (s.last_used, s.id))
                 .map(|s| s.id);
             let Some(id) = victim else {
-                self.counters.refusals += 1;
                 return Err(EngineError::OverMemory {
                     what: what.to_string(),
                     needed,
@@ -255,7 +270,6 @@ impl Core {
             );
             if !self.spill(id, reason) {
                 // Could not spill it (disk full?): nothing else to free.
-                self.counters.refusals += 1;
                 return Err(EngineError::OverMemory {
                     what: what.to_string(),
                     needed,

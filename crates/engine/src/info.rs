@@ -76,7 +76,9 @@ pub struct EngineStats {
     pub evictions: u64,
     /// States restored from disk.
     pub restores: u64,
-    /// Requests refused by admission control.
+    /// Requests refused for memory: requests that ended with `OverMemory`, sessions not
+    /// created or loaded. Admission saying no, then a trim or a recompute fitting the
+    /// conversation after all, is not counted.
     pub admission_refusals: u64,
     /// Generation steps that panicked (each failed its request and dropped its session).
     pub panics: u64,

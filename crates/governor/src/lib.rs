@@ -26,8 +26,8 @@
 //! [`FootprintReader`] reads the process's real footprint (cgroup working set, else resident
 //! set) on demand, for admission control against the real limit.
 //!
-//! `unsafe` is denied everywhere but in the platform calls: Apple's (`apple_sys`) and glibc's
-//! `malloc_trim` (`malloc_sys`).
+//! `unsafe` is denied everywhere but in the platform calls: Apple's (`apple_sys`), glibc's
+//! `malloc_trim` (`malloc_sys`) and Linux's `prctl(PR_SET_THP_DISABLE)` (`thp_sys`).
 #![deny(unsafe_code)]
 
 mod apple;
@@ -50,6 +50,9 @@ mod monitor;
 mod policy;
 mod proc_source;
 mod psi;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(unsafe_code)]
+mod thp_sys;
 mod util;
 
 #[cfg(target_vendor = "apple")]
@@ -67,7 +70,7 @@ pub use detect::{
 pub use device::{parse_bytes, DeviceProfile, DEVICE_ENV, DEVICE_MEMORY_ENV};
 pub use devices::{device, devices, DeviceSpec, Platform};
 pub use error::{GovernorError, ParseBytesError};
-pub use footprint::{release_free_memory, Footprint, FootprintReader};
+pub use footprint::{keep_huge_pages_out, release_free_memory, Footprint, FootprintReader};
 pub use host::{
     forward_signals, install_sigusr1, HostSignal, HostSource, SignalForwarder,
     DEFAULT_PRESSURE_HOLD,

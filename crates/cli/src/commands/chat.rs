@@ -132,6 +132,7 @@ pub fn run(args: &ChatArgs, ctx: &Ctx) -> Result<()> {
         token_budget: budget,
         kv_type: args.kv_type,
         pressure_hold: args.memory.hold(),
+        real_memory: args.memory.real_memory(),
         session_dir: args.session_dir.clone(),
         ..EngineConfig::default()
     };

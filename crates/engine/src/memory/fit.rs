@@ -50,9 +50,8 @@ impl Core {
     /// After admission refused `err` for session `s` (whose resident State is counted in the
     /// use it found), the budget that fits: the room left plus what the session holds itself,
     /// less `rows` bytes of draft logits and one decode check's growth. `None` when even the
-    /// smallest budget does not fit (or `err` is not a refusal for memory). A fit withdraws the
-    /// refusal admission counted: the request goes on, trimmed.
-    pub(crate) fn fit_after(&mut self, s: &Session, err: &EngineError, rows: u64) -> Option<Fit> {
+    /// smallest budget does not fit (or `err` is not a refusal for memory).
+    pub(crate) fn fit_after(&self, s: &Session, err: &EngineError, rows: u64) -> Option<Fit> {
         let EngineError::OverMemory {
             what,
             needed,
@@ -71,7 +70,6 @@ impl Core {
         if tokens < MIN_TOKEN_BUDGET {
             return None;
         }
-        self.withdraw_refusal();
         Some(Fit {
             tokens,
             why: format!(
@@ -82,12 +80,6 @@ impl Core {
                 format_bytes(*ceiling),
             ),
         })
-    }
-
-    /// A refusal admission counted did not reach the user (the conversation was trimmed or
-    /// recomputed to fit instead): `admission_refusals` counts refused requests only.
-    pub(crate) fn withdraw_refusal(&mut self) {
-        self.counters.refusals = self.counters.refusals.saturating_sub(1);
     }
 }
 

@@ -96,7 +96,6 @@ impl Core {
                     continue;
                 }
             }
-            self.counters.refusals += 1;
             return Err(EngineError::OverMemory {
                 what: what.to_string(),
                 needed,

@@ -41,13 +41,10 @@ pub(crate) fn prepare_session(
         Some(Ok(m)) => match core.make_room(2 * m.len(), 0, &format!("restoring session {}", s.id))
         {
             Ok(()) => None,
-            Err(e @ EngineError::OverMemory { .. }) => {
-                core.withdraw_refusal();
-                Some(format!(
-                    "{e}; the saved cache is dropped instead and the conversation recomputed \
+            Err(e @ EngineError::OverMemory { .. }) => Some(format!(
+                "{e}; the saved cache is dropped instead and the conversation recomputed \
                      from its history, within what fits"
-                ))
-            }
+            )),
             Err(e) => return Err(e),
         },
         _ => None,
