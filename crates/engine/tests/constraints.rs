@@ -382,8 +382,16 @@ async fn interrupted_constrained_answer(e: &EngineHandle, how: &str) {
             if how == "evicted" {
                 e.memory_warning(PressureLevel::Critical);
             } else {
+                // Back to the foreground once the engine has spilled: a Background and a
+                // Foreground that both arrive within one (slow) decode step leave nothing to
+                // spill. (The stream announces the spill when the answer resumes.)
+                let spills = e.stats().await.spills;
                 e.lifecycle(Lifecycle::Background);
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while e.stats().await.spills == spills {
+                    assert!(std::time::Instant::now() < deadline, "not spilled in 60 s");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
                 e.lifecycle(Lifecycle::Foreground);
             }
         }

@@ -3,11 +3,12 @@
 //! Bars (from the issue): with an f32 KV cache against llama.cpp's most precise run
 //! (`.f32kv-nofa`), top-1 agreement ≥ 99% of all steps and mean |Δlogit| ≤ 0.1 over each step's
 //! 20 reference ids; with the default f16 cache, no worse than llama.cpp's own default is
-//! against the same file (table in the reference README).
+//! against the same file (table in the reference README). The exact run covers every prompt;
+//! the fast-numerics and f16-cache runs the eleven under 512 tokens (see [`SHORT`]).
 
 mod common;
 
-use common::teacher_force_file;
+use common::{teacher_force_file, teacher_force_prompts};
 use statelm_model::{testing, KvType, LoadOptions, Model, Numerics};
 
 /// The bar for the f32 run in llama.cpp's numerics: (top-1 agreement, mean |Δlogit|). It is
@@ -15,6 +16,15 @@ use statelm_model::{testing, KvType, LoadOptions, Model, Numerics};
 /// so that is what is asserted — the issue's own bar (99 %, 0.1) would let a regression to
 /// about 1 % disagreement pass.
 const F32_BAR: (f64, f64) = (1.0, 1e-4);
+
+/// The longest prompt (tokens) of the fast-numerics and f16-cache runs. The two long prompts
+/// (593 and 1055 tokens) are two thirds of a run's time on a CPU without VNNI (~100 s of each
+/// run's ~145 s there), so they run once, in the exact run (llama.cpp's numerics, f32 cache:
+/// bit for bit), which holds the long-context paths to the strictest bar. On the eleven
+/// shorter prompts (352 steps) the other two runs stay inside the bars below, which were set
+/// over all thirteen: Gemma fast 97.27 % / 0.1933, f16 96.48 % / 0.2274; Qwen fast
+/// 99.43 % / 0.0680, f16 99.72 % / 0.0709 (AVX2 host, 2026-12-06).
+const SHORT: usize = 512;
 
 /// Top-1 flips forgiven when the environment selects a subset of the prompts
 /// (`STATELM_PARITY_PROMPTS`, `STATELM_PARITY_ONLY`): over one prompt's 32 steps a single
@@ -50,7 +60,7 @@ fn check(
         };
         Model::load(&path, &opts).unwrap()
     };
-    let fast = teacher_force_file(&load(Numerics::Fast), reference, KvType::F32);
+    let fast = teacher_force_prompts(&load(Numerics::Fast), reference, KvType::F32, SHORT);
     eprintln!(
         "{reference}: fast numerics, f32 KV top-1 {:.4}, mean |Δ| {:.4}",
         fast.top1(),
@@ -79,14 +89,14 @@ fn check(
         "f32 KV mean |Δlogit| {:.4} > {mean_bar}",
         f32kv.mean_abs()
     );
-    let f16kv = teacher_force_file(&model, reference, KvType::F16);
+    let f16kv = teacher_force_prompts(&model, reference, KvType::F16, SHORT);
     eprintln!(
         "{reference}: f16 KV top-1 {:.4}, mean |Δ| {:.4}",
         f16kv.top1(),
         f16kv.mean_abs()
     );
     // "No worse than llama.cpp's own default", within the noise of one run: a single top-1 flip
-    // is 0.26 points on these 384 steps, and any change of summation order flips a few
+    // is 0.28 points on these 352 steps, and any change of summation order flips a few
     // near-ties (llama.cpp's own f16 and f32 runs disagree on 5 of them). So: top-1 within half
     // a point of llama.cpp's default, and the mean within 5% of it.
     let (top1, mean_bar) = llama_default;

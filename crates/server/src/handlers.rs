@@ -173,12 +173,15 @@ async fn chat_completions(
                 req.parallel_tool_calls,
             )?,
         };
-        let slot = app.gate.enter().await?;
-        let encoded = app.encode(Input::Chat(conversation)).await?;
-        let tenant = tenant(key, req.common.user.as_deref());
-        let input = Input::Encoded(Box::new(encoded));
-        let started = generate::start(&app, input, &params, tenant, slot).await?;
-        respond(app.clone(), app.shape(Kind::Chat), started, &params).await
+        Abandoned::counted(&app, &params, async {
+            let slot = app.gate.enter().await?;
+            let encoded = app.encode(Input::Chat(conversation)).await?;
+            let tenant = tenant(key, req.common.user.as_deref());
+            let input = Input::Encoded(Box::new(encoded));
+            let started = generate::start(&app, input, &params, tenant, slot).await?;
+            respond(app.clone(), app.shape(Kind::Chat), started, &params).await
+        })
+        .await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -195,11 +198,14 @@ async fn completions(
         let params = req
             .common
             .validate(&app.limits(), &app.cfg.defaults.sampling)?;
-        let slot = app.gate.enter().await?;
-        let input = completion_input(&app, req.prompt).await?;
-        let tenant = tenant(key, req.common.user.as_deref());
-        let started = generate::start(&app, input, &params, tenant, slot).await?;
-        respond(app.clone(), app.shape(Kind::Completion), started, &params).await
+        Abandoned::counted(&app, &params, async {
+            let slot = app.gate.enter().await?;
+            let input = completion_input(&app, req.prompt).await?;
+            let tenant = tenant(key, req.common.user.as_deref());
+            let started = generate::start(&app, input, &params, tenant, slot).await?;
+            respond(app.clone(), app.shape(Kind::Completion), started, &params).await
+        })
+        .await
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -252,12 +258,9 @@ async fn respond(
             params.include_usage,
         ));
     }
-    // A client that leaves drops this future: the guard counts it (the generation is cancelled
-    // as the engine stream drops).
-    let abandoned = Abandoned(&app.metrics.abandoned);
-    let c = generate::collect(&app, started).await;
-    std::mem::forget(abandoned);
-    let c = match c {
+    // A client that leaves drops this future: `Abandoned::counted` counts it (the
+    // generation is cancelled as the engine stream drops).
+    let c = match generate::collect(&app, started).await {
         Ok(c) => c,
         // The memory notices it carried go out with the error: none is lost.
         Err(f) => return Ok(f.error.into_response_with_events(&f.events)),
@@ -268,12 +271,32 @@ async fn respond(
     Ok(resp)
 }
 
-/// Counts a non-streaming request whose client went away (dropped unless forgotten).
-struct Abandoned<'a>(&'a std::sync::atomic::AtomicU64);
+/// Counts a non-streaming request whose client went away before the reply: while it waited
+/// for a slot, while its prompt was encoded or prefilled, or while it generated. The client
+/// leaving drops the handler's future, and with it this guard, still armed. (A stream's
+/// client leaving is counted by the stream.)
+struct Abandoned<'a>(Option<&'a std::sync::atomic::AtomicU64>);
+
+impl Abandoned<'_> {
+    /// Runs `reply`, the rest of a handler for a request with `params`; counts the request
+    /// when its client leaves before `reply` ends (a stream is not counted here).
+    async fn counted(
+        app: &AppState,
+        params: &Params,
+        reply: impl std::future::Future<Output = Result<Response, ApiError>>,
+    ) -> Result<Response, ApiError> {
+        let mut guard = Abandoned((!params.stream).then_some(&app.metrics.abandoned));
+        let r = reply.await;
+        guard.0 = None;
+        r
+    }
+}
 
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(counter) = self.0 {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 

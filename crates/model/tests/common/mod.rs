@@ -192,9 +192,20 @@ pub fn selected_prompts(prompts: Vec<RefPrompt>) -> Vec<RefPrompt> {
 /// Teacher-forces every selected prompt of a reference file ([`selected_prompts`]), printing a
 /// per-prompt table.
 pub fn teacher_force_file(model: &Arc<Model>, file: &str, kv_type: KvType) -> Agreement {
+    teacher_force_prompts(model, file, kv_type, usize::MAX)
+}
+
+/// [`teacher_force_file`] over the selected prompts of at most `max_prompt` tokens.
+pub fn teacher_force_prompts(
+    model: &Arc<Model>,
+    file: &str,
+    kv_type: KvType,
+    max_prompt: usize,
+) -> Agreement {
     let mut total = Agreement::default();
-    for p in selected_prompts(load_reference(file)) {
-        let a = teacher_force(model, &p, kv_type);
+    let prompts = selected_prompts(load_reference(file));
+    for p in prompts.iter().filter(|p| p.prompt_ids.len() <= max_prompt) {
+        let a = teacher_force(model, p, kv_type);
         eprintln!(
             "{file} [{kv_type:?}] {:<14} len {:>5}: top1 {:>3}/{:<3} mean|d| {:.4} max {:.3}",
             p.name,

@@ -1,6 +1,6 @@
 //! Trims a user can live with: `bench/trimmed_chat.py` (a real HTTP client resending the
 //! conversation, as OpenAI clients do) plays a nine-question chat, greedy, 120 tokens per
-//! answer, on each model with a token budget of 384 and without one. After many trims the
+//! answer, on each model with a tight token budget and without one. After many trims the
 //! system prompt's name is still obeyed, no more answers loop than without the budget, and
 //! every trim the engine made reached the client.
 
@@ -31,17 +31,20 @@ async fn play(model: Arc<Model>, id: &str, budget: usize) -> (Value, TestServer)
     (records.remove(0), server)
 }
 
-async fn trimmed_chat_keeps_the_name(model: Option<Arc<Model>>, id: &str) {
+/// Plays the chat on `model` under `budget` and without one. The budget is one the chat passes
+/// several times: Qwen's greedy answers are short, and on a CPU without VNNI (other sums, other
+/// near-ties) its chat passed 384 tokens once only, so Qwen gets 256 (three trims there).
+async fn trimmed_chat_keeps_the_name(model: Option<Arc<Model>>, id: &str, budget: usize) {
     let Some(model) = model else {
         return;
     };
-    let (tight, server) = play(model.clone(), id, 384).await;
+    let (tight, server) = play(model.clone(), id, budget).await;
     let page = metrics_page(&server).await;
     let (free, _) = play(model, id, 4096).await;
     let trims = tight["trims"].as_u64().expect("trims");
     assert!(
         trims >= 2,
-        "{id}: the chat should pass 384 tokens several times"
+        "{id}: the chat should pass {budget} tokens several times"
     );
     // Every trim is announced: the client saw as many as the engine made.
     assert_eq!(
@@ -76,10 +79,10 @@ async fn metrics_page(server: &TestServer) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trimmed_chat_keeps_the_name_on_qwen() {
-    trimmed_chat_keeps_the_name(common::qwen(), "qwen2.5-coder-0.5b").await;
+    trimmed_chat_keeps_the_name(common::qwen(), "qwen2.5-coder-0.5b", 256).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trimmed_chat_keeps_the_name_on_gemma() {
-    trimmed_chat_keeps_the_name(common::gemma(), "gemma3-270m").await;
+    trimmed_chat_keeps_the_name(common::gemma(), "gemma3-270m", 384).await;
 }
