@@ -6,7 +6,8 @@
 #   STATELM_CI_OPT_OUT=soak,serve-cgroup,cross-aarch64-apple-ios-sim bash .ci/run
 #
 # a comma-separated list of the stages (or parts of one) that may be skipped when they cannot do
-# their work. The names: soak, serve-cgroup (no root or no writable memory cgroup here), and
+# their work. The names: soak, serve-cgroup (no root or no writable memory cgroup here),
+# kernel-v2 (no root, or qemu or the kernel package cannot be had), and
 # cross-TARGET for a phone library of scripts/cross whose rustup TARGET cannot be installed
 # (aarch64-apple-ios, aarch64-apple-ios-sim, aarch64-apple-darwin, aarch64-linux-android), and
 # aar-jnilibs for scripts/mobile's Android .so files when no Android NDK is there (.ci/run sets
@@ -77,3 +78,11 @@ memory_cgroup() {
   rmdir "$probe" 2>/dev/null || true
   return 0
 }
+
+# The warm-up request of the served scenarios (serve-cgroup, kernel-v2): one short chat, its
+# session left in the pool; scripts/serve_driver.py resends it after the closing round.
+WARM_BODY='{"model": "statelm", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "Say hi."}]}'
+
+# check DESCRIPTION COMMAND...: runs COMMAND, says "ok" or "FAIL" (through the script's `say`)
+# and sets FAILED=1 on a failure.
+check() { if "${@:2}"; then say "  ok   $1"; else say "  FAIL $1"; FAILED=1; fi; }
