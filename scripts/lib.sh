@@ -21,6 +21,12 @@
 # filesystems: v1's memory hierarchy at $STATELM_CGROUP_FS/memory, v2 roots at
 # $STATELM_CGROUP_FS and $STATELM_CGROUP_FS/unified.
 
+# The cargo profile of the phone libraries scripts/cross builds and scripts/mobile packs: release
+# (what an app ships) unless STATELM_LIB_PROFILE names another. CI sets `slice` (Cargo.toml:
+# release without optimization or debug info): it checks the libraries' symbols and layout, not
+# their speed, which scripts/cross's aarch64 Linux steps test on optimized code.
+LIB_PROFILE=${STATELM_LIB_PROFILE:-release}
+
 # opted_out NAME: does STATELM_CI_OPT_OUT name NAME?
 opted_out() {
   local list=",${STATELM_CI_OPT_OUT:-},"
