@@ -6,9 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use statelm_governor::{
-    CgroupV1Source, MemorySource, PressureLevel, ProcSource, PsiKind, PsiTriggerSpec,
-};
+use statelm_governor::{CgroupV1Source, MemorySource, PressureLevel, ProcSource};
 
 mod kernel_common;
 use kernel_common::{create_under, cue, go, is_root, Guard, MIB};
@@ -121,13 +119,8 @@ fn psi_trigger_fires_when_a_cgroup_thrashes() {
             return;
         }
     };
-    // A sensitive trigger (20 ms of stall in 2 s) on the system-wide file.
-    let spec = PsiTriggerSpec {
-        kind: PsiKind::Some,
-        stall: Duration::from_millis(20),
-        window: Duration::from_secs(2),
-        level: PressureLevel::Warning,
-    };
+    // A sensitive trigger on the system-wide file.
+    let spec = kernel_common::sensitive_psi();
     let mut source = ProcSource::new();
     if let Err(e) = source.enable_psi(&[spec]) {
         println!("SKIP PSI event test: no PSI triggers here ({e})");
@@ -149,14 +142,7 @@ fn psi_trigger_fires_when_a_cgroup_thrashes() {
     println!("cgroup v1 pressure_level while writing: {during_write:?}, reading {r:?}");
     assert!(r.level <= PressureLevel::Warning, "{r:?}");
     cue(child, "thrash");
-    let start = Instant::now();
-    let mut fired = None;
-    while fired.is_none() && start.elapsed() < Duration::from_secs(8) {
-        fired = source
-            .wait(Duration::from_millis(500))
-            .unwrap()
-            .map(|l| (start.elapsed(), l));
-    }
+    let fired = kernel_common::first_event(&mut source, Duration::from_secs(8));
     println!(
         "PSI event: {fired:?}; {}",
         std::fs::read_to_string("/proc/pressure/memory").unwrap()

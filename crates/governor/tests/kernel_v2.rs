@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use statelm_governor::{CgroupV2Source, MemorySource, PressureLevel, PsiKind, PsiTriggerSpec};
+use statelm_governor::{CgroupV2Source, MemorySource, PressureLevel};
 
 mod kernel_common;
 use kernel_common::{create_under, cue, go, is_root, Guard, MIB};
@@ -151,13 +151,8 @@ fn v2_psi_trigger_on_the_cgroup_fires_when_it_thrashes() {
     let dir = guard.dir.clone();
     set_max(&dir, 32 * MIB);
     let mut source = CgroupV2Source::at(&dir).unwrap();
-    // A sensitive trigger (20 ms of stall in 2 s) on the cgroup's own memory.pressure.
-    let spec = PsiTriggerSpec {
-        kind: PsiKind::Some,
-        stall: Duration::from_millis(20),
-        window: Duration::from_secs(2),
-        level: PressureLevel::Warning,
-    };
+    // A sensitive trigger on the cgroup's own memory.pressure.
+    let spec = kernel_common::sensitive_psi();
     source.enable_psi(&[spec]).unwrap();
     assert!(source.psi_enabled());
     let tmp = disk_dir();
@@ -165,14 +160,7 @@ fn v2_psi_trigger_on_the_cgroup_fires_when_it_thrashes() {
     go(child);
     let _ = source.wait(Duration::from_millis(10)); // what writing the file caused
     cue(child, "thrash");
-    let start = Instant::now();
-    let mut fired = None;
-    while fired.is_none() && start.elapsed() < Duration::from_secs(8) {
-        fired = source
-            .wait(Duration::from_millis(500))
-            .unwrap()
-            .map(|l| (start.elapsed(), l));
-    }
+    let fired = kernel_common::first_event(&mut source, Duration::from_secs(8));
     let pressure = std::fs::read_to_string(dir.join("memory.pressure")).unwrap();
     println!("PSI event: {fired:?}; memory.pressure: {pressure}");
     let (_, level) = fired.expect("no PSI event on the cgroup while thrashing for 8 s");

@@ -4,10 +4,11 @@
 
 #![allow(dead_code)] // each test binary uses its part
 
+use statelm_governor::{MemorySource, PressureLevel, PsiKind, PsiTriggerSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One MiB.
 pub const MIB: u64 = 1 << 20;
@@ -174,6 +175,31 @@ pub fn cue(child: &mut Child, word: &str) {
 pub fn go(child: &mut Child) -> Vec<String> {
     cue(child, "go");
     wait_for_ready(child)
+}
+
+/// A sensitive PSI trigger: 20 ms of stall in a 2 s window raises Warning.
+pub fn sensitive_psi() -> PsiTriggerSpec {
+    PsiTriggerSpec {
+        kind: PsiKind::Some,
+        stall: Duration::from_millis(20),
+        window: Duration::from_secs(2),
+        level: PressureLevel::Warning,
+    }
+}
+
+/// The first event `source` reports within `limit` (polled every 500 ms): when it came, and
+/// its level.
+pub fn first_event(
+    source: &mut dyn MemorySource,
+    limit: Duration,
+) -> Option<(Duration, PressureLevel)> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(level) = source.wait(Duration::from_millis(500)).unwrap() {
+            return Some((start.elapsed(), level));
+        }
+    }
+    None
 }
 
 /// After a child took 40 MiB of anonymous memory in a 64 MiB cgroup: the working set holds
