@@ -445,13 +445,9 @@ impl Actor {
             )));
         }
         let state = self.core.model.new_state_with(self.core.state_options())?;
-        if let Err(e) = self
-            .core
+        self.core
             .make_room(state.bytes() as u64, 0, "a new session")
-        {
-            self.core.count_refusal(&e);
-            return Err(e);
-        }
+            .inspect_err(|e| self.core.count_refusal(e))?;
         let id = SessionId(self.core.next_session);
         self.core.next_session += 1;
         Ok(Session::new(id, opts, state, budget))
@@ -549,10 +545,9 @@ impl Actor {
             return Err(EngineError::TooManySessions { max });
         }
         let size = std::fs::metadata(path)?.len();
-        if let Err(e) = self.core.make_room(size, 0, "a loaded session") {
-            self.core.count_refusal(&e);
-            return Err(e);
-        }
+        self.core
+            .make_room(size, 0, "a loaded session")
+            .inspect_err(|e| self.core.count_refusal(e))?;
         let id = SessionId(self.core.next_session);
         let session = snapshot::load(path, &self.core.model, id)?;
         let cap = self.core.config.session_capacity;
