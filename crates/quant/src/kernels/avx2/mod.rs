@@ -144,6 +144,15 @@ pub(crate) fn f16c_mul(a: u16, b: u16) -> f32 {
     _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
+/// Eight IEEE halves widened to f32 by one F16C instruction (exact, as
+/// [`crate::formats::float::f16_to_f32`] is, subnormals and specials included).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn halves8(h: &[u16; 8]) -> __m256 {
+    // SAFETY: `h` is 16 readable bytes; `loadu` has no alignment requirement.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+}
+
 /// Horizontal sum of 8 f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

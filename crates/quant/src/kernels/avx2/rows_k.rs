@@ -12,8 +12,7 @@
 //! The CPU must support avx2, fma and f16c.
 
 use super::rows::sum_lanes8;
-use super::{at, hsum_ps, le16, load256, prefetch_at};
-use crate::formats::float::f16_to_f32;
+use super::{at, halves8, hsum_ps, le16, load256, prefetch_at};
 use crate::formats::q4_k::unpack_scales;
 use crate::kernels::rows8_prefetch_offset;
 use std::arch::x86_64::*;
@@ -96,7 +95,8 @@ fn rows8_q4_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
         let bsums = ys.map(|y| load256(at(y, 260)));
         let mut isum = [[_mm256_setzero_si256(); 8]; V];
         let mut msum = [[_mm256_setzero_si256(); 8]; V];
-        let mut d = [[0f32; 8]; 2];
+        // The rows' d and dmin as halves, widened together after the rows (one F16C each).
+        let mut d = [[0u16; 8]; 2];
         for r in 0..8 {
             let x: &[u8; 144] = at(w[r], 144 * i);
             let (sc, mn) = unpack_scales(at(x, 4));
@@ -118,13 +118,14 @@ fn rows8_q4_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
                 isum[v][r] = s;
                 msum[v][r] = _mm256_madd_epi16(m16, bsums[v]);
             }
-            d[0][r] = f16_to_f32(le16(x, 0));
-            d[1][r] = f16_to_f32(le16(x, 2));
+            d[0][r] = le16(x, 0);
+            d[1][r] = le16(x, 2);
         }
+        let (dx, dmx) = (halves8(&d[0]), halves8(&d[1]));
         for v in 0..V {
             let yd = _mm256_set1_ps(f32::from_le_bytes(*at::<4>(ys[v], 0)));
-            let dd = _mm256_mul_ps(super::load_ps(&d[0]), yd);
-            let dmin = _mm256_mul_ps(super::load_ps(&d[1]), yd);
+            let dd = _mm256_mul_ps(dx, yd);
+            let dmin = _mm256_mul_ps(dmx, yd);
             acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(isum[v])), dd, acc[v]);
             let m = _mm256_cvtepi32_ps(sum_lanes8(msum[v]));
             acc_min[v] = _mm256_fmadd_ps(m, dmin, acc_min[v]);
@@ -149,11 +150,14 @@ fn rows8_q6_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
         prefetch_rows(&w, i, 210);
         let ys: [&[u8; 292]; V] = a.map(|v| at(v, 292 * i));
         let yd = ys.map(|y| f32::from_le_bytes(*at::<4>(y, 0)));
-        for r in 0..8 {
+        let mut dxs = [0f32; 8];
+        let dh: [u16; 8] = std::array::from_fn(|r| le16(w[r], 210 * i + 208));
+        // SAFETY: `dxs` is 8 writable f32; `storeu` needs no alignment.
+        unsafe { _mm256_storeu_ps(dxs.as_mut_ptr(), halves8(&dh)) };
+        for (r, &dx) in dxs.iter().enumerate() {
             let x: &[u8; 210] = at(w[r], 210 * i);
             let sc: [i8; 16] = at::<16>(x, 192).map(|b| b as i8);
             let q = super::kquants::q6_k_codes(x);
-            let dx = f16_to_f32(le16(x, 208));
             for v in 0..V {
                 let d = _mm256_set1_ps(yd[v] * dx);
                 let lanes = _mm256_cvtepi32_ps(super::kquants::q6_k_lanes(ys[v], &q, &sc));
