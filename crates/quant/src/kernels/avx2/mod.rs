@@ -54,7 +54,7 @@ pub use pairs_vnni::{
 };
 pub use quantize::{quantize_q8_0, quantize_q8_k};
 pub use rows::{rows8_q4_0_q8_0, rows8_q5_0_q8_0};
-pub use rows_k::{rows8_q4_k_q8_k, rows8_q6_k_q8_k, rows8x4_q4_k_q8_k, rows8x4_q6_k_q8_k};
+pub use rows_k::{rows8x4_q4_k_q8_k, rows8x4_q6_k_q8_k};
 pub use rows_k512::{
     rows8_q4_k_q8_k_avx512vnni, rows8_q6_k_q8_k_avx512vnni, rows8x4_q4_k_q8_k_avx512vnni,
     rows8x4_q6_k_q8_k_avx512vnni,

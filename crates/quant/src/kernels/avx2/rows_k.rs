@@ -1,4 +1,5 @@
-//! Eight-row K-quant matvec kernels (decode): eight weight rows against one Q8_K vector, each
+//! Eight-row K-quant kernels for small batches: eight weight rows against one to four Q8_K
+//! vectors (decode itself takes the single dots on AVX2: one weight stream per thread), each
 //! row's result bit-identical to its single dot ([`super::dot_q4_k_q8_k`],
 //! [`super::dot_q6_k_q8_k`]).
 //!
@@ -29,25 +30,6 @@ pub(super) fn prefetch_rows(w: &[&[u8]; 8], i: usize, bytes: usize) {
             prefetch_at(row, at + off);
         }
     }
-}
-
-/// Q4_K weights · Q8_K activations for eight rows (see the module docs).
-///
-/// # Safety
-/// CPU must support avx2+fma+f16c; slice lengths as checked by the caller.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rows8_q4_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    rows8_q4_k::<1>(w, [a])[0]
-}
-
-/// Q6_K weights · Q8_K activations for eight rows: per row its single dot's eight f32 lanes
-/// and final [`hsum_ps`]; the activation block is shared between the rows.
-///
-/// # Safety
-/// CPU must support avx2+fma+f16c; slice lengths as checked by the caller.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rows8_q6_k_q8_k(_n: usize, w: [&[u8]; 8], a: &[u8]) -> [f32; 8] {
-    rows8_q6_k::<1>(w, [a])[0]
 }
 
 /// Q4_K weights: eight rows · 1..=4 Q8_K vectors (`out[v][row]`; bit-identical to single

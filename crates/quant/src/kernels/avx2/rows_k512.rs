@@ -63,7 +63,7 @@ fn fold(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
-/// Q4_K weights · Q8_K activations for eight rows, bit-identical to [`super::rows8_q4_k_q8_k`].
+/// Q4_K weights · Q8_K activations for eight rows, bit-identical to [`super::dot_q4_k_q8_k`].
 ///
 /// # Safety
 /// CPU must support avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni; slice lengths as
@@ -185,7 +185,7 @@ fn rows8_q4_k<const V: usize>(w: [&[u8]; 8], a: [&[u8]; V]) -> [[f32; 8]; V] {
     out
 }
 
-/// Q6_K weights · Q8_K activations for eight rows, bit-identical to [`super::rows8_q6_k_q8_k`].
+/// Q6_K weights · Q8_K activations for eight rows, bit-identical to [`super::dot_q6_k_q8_k`].
 ///
 /// # Safety
 /// CPU must support avx2+fma+f16c+avx512f+avx512bw+avx512vl+avx512vnni; slice lengths as
