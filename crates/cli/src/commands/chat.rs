@@ -396,8 +396,10 @@ impl<'a> Repl<'a> {
                 Event::Done(d) => break d,
                 other => {
                     if let Some(n) = memory_notice(&other) {
+                        // The notice starts its own line on a terminal; the break goes to
+                        // stderr with it, so stdout carries exactly the answer.
                         if std::mem::take(&mut line_open) {
-                            println!();
+                            eprintln!();
                         }
                         self.notice(&n);
                     }
