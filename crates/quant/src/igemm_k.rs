@@ -23,7 +23,7 @@ use crate::formats::float::f16_to_f32;
 use crate::formats::q4_k::unpack_scales;
 use crate::formats::{BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::igemm::{store_tile, MAX_CHUNK_BYTES};
-use crate::kernels::{KFormat, KPanelBlock, KTileFn, I8_ROWS, I8_TILE_TOKENS};
+use crate::kernels::{at, le16, KFormat, KPanelBlock, KTileFn, I8_ROWS, I8_TILE_TOKENS};
 use crate::matrix::{QMatrix, QuantizedActs};
 use crate::matvec::{OutPtr, CHUNKS_PER_THREAD};
 use crate::pool::ThreadPool;
@@ -153,10 +153,8 @@ fn pack_group(w: &QMatrix<'_>, rows: std::ops::Range<usize>, panel: &mut [KPanel
         _ => (size_of::<BlockQ6K>(), put_q6_k),
     };
     let n = rows.len();
-    let src: [&[u8]; I8_ROWS] = std::array::from_fn(|i| match i < n {
-        true => w.row(rows.start + i),
-        false => &[],
-    });
+    let src: [&[u8]; I8_ROWS] =
+        std::array::from_fn(|i| if i < n { w.row(rows.start + i) } else { &[] });
     for (b, p) in panel.iter_mut().enumerate() {
         for (r, row) in src[..n].iter().enumerate() {
             // Sixteen rows are sixteen streams, more than the hardware prefetcher follows.
@@ -175,38 +173,32 @@ type PutRow = fn(&mut KPanelBlock, usize, &[u8]);
 /// Super-blocks ahead of the one packed that each row prefetches.
 const PACK_AHEAD: usize = 2;
 
-/// `N` bytes of `x` from `at`.
+/// The f16 at `x[off..off + 2]`, widened.
 #[inline(always)]
-fn arr<const N: usize>(x: &[u8], at: usize) -> &[u8; N] {
-    x[at..at + N].try_into().expect("in the block")
-}
-
-/// The f16 at `x[at..at + 2]`, widened.
-#[inline(always)]
-fn half(x: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes(*arr(x, at)))
+fn half(x: &[u8], off: usize) -> f32 {
+    f16_to_f32(le16(x, off))
 }
 
 /// Row `r` of one Q4_K super-block (`d`, `dmin`, 12 scale bytes, 128 code bytes).
 fn put_q4_k(p: &mut KPanelBlock, r: usize, x: &[u8]) {
-    put_words(p, r, &q4_k_words(arr(x, 16)));
-    let (sc, mn) = unpack_scales(arr(x, 4));
+    put_words(p, r, &q4_k_words(at(x, 16)));
+    let (sc, mn) = unpack_scales(at(x, 4));
     put_affine(p, r, &sc, &mn, [half(x, 0), half(x, 2)]);
 }
 
 /// Row `r` of one Q5_K super-block (`d`, `dmin`, 12 scale bytes, 32 high-bit bytes, 128 code
 /// bytes).
 fn put_q5_k(p: &mut KPanelBlock, r: usize, x: &[u8]) {
-    put_words(p, r, &q5_k_words(arr(x, 48), arr(x, 16)));
-    let (sc, mn) = unpack_scales(arr(x, 4));
+    put_words(p, r, &q5_k_words(at(x, 48), at(x, 16)));
+    let (sc, mn) = unpack_scales(at(x, 4));
     put_affine(p, r, &sc, &mn, [half(x, 0), half(x, 2)]);
 }
 
 /// Row `r` of one Q6_K super-block (128 low-bit bytes, 64 high-bit bytes, 16 signed scales,
 /// `d`): the codes plus 32, the scales, and the offset's `-32 · scale` pairs for the bsums.
 fn put_q6_k(p: &mut KPanelBlock, r: usize, x: &[u8]) {
-    put_words(p, r, &q6_k_words(arr(x, 0), arr(x, 128)));
-    let scales = arr::<16>(x, 192).map(|b| i16::from(b as i8));
+    put_words(p, r, &q6_k_words(at(x, 0), at(x, 128)));
+    let scales = at::<16>(x, 192).map(|b| i16::from(b as i8));
     for (j, &s) in scales.iter().enumerate() {
         p.scales[j][r] = i32::from(s);
     }
@@ -216,10 +208,10 @@ fn put_q6_k(p: &mut KPanelBlock, r: usize, x: &[u8]) {
     (p.d[r], p.dmin[r]) = (half(x, 208), 0.0);
 }
 
-/// Four bytes at `at` as a little-endian word.
+/// Four bytes at `off` as a little-endian word.
 #[inline(always)]
-fn word(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+fn word(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(*at::<4>(b, off))
 }
 
 /// The low (`0x0f`) nibble of every byte.

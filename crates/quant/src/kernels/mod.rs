@@ -60,7 +60,6 @@ pub(crate) fn at<const N: usize>(s: &[u8], off: usize) -> &[u8; N] {
 
 /// Little-endian u16 at `off`.
 #[inline(always)]
-#[allow(dead_code)] // the x86 kernels' helper
 pub(crate) fn le16(s: &[u8], off: usize) -> u16 {
     u16::from_le_bytes(*at::<2>(s, off))
 }
