@@ -7,7 +7,7 @@
 //! Q4_K one FMA per super-block (per 64-element chunk in the four-vector
 //! kernel), Q6_K eight f32 lanes, Q5_K `d·isum − dmin·msum` per super-block.
 
-use super::{at, hsum_epi32, hsum_ps, le16, load256, prefetch_ahead};
+use super::{at, hsum_epi32, hsum_ps, le16, load128, load256, prefetch_ahead};
 use crate::formats::float::f16_to_f32;
 use crate::formats::q4_k::unpack_scales;
 use crate::kernels::scalar::min_sum;
@@ -69,17 +69,6 @@ pub(super) fn affine_chunk(y: &[u8], s16: __m256i, [lo, hi]: [__m256i; 2], c: us
     _mm256_add_epi32(p0, p1)
 }
 
-/// `Σ_j sc_j Σ q y` for Q4_K/Q5_K given the codes of each 64-element chunk.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn affine_isum(y: &[u8], s16: __m256i, codes: &[[__m256i; 2]; 4]) -> i32 {
-    let mut sumi = _mm256_setzero_si256();
-    for (c, &code) in codes.iter().enumerate() {
-        sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, code, c));
-    }
-    hsum_epi32(sumi)
-}
-
 /// One Q4_K/Q5_K super-block's contribution: `d isum - dmin msum`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -90,8 +79,12 @@ fn affine_block(
     s16: __m256i,
     mn: &[u8; 8],
 ) -> f32 {
-    let isum = affine_isum(y, s16, codes);
-    let msum = min_sum(mn, &q8k_bsums(y));
+    let mut sumi = _mm256_setzero_si256();
+    for (c, &code) in codes.iter().enumerate() {
+        sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, code, c));
+    }
+    let sums = isum_msum(sumi, mn, y);
+    let (isum, msum) = (_mm_cvtsi128_si32(sums), _mm_extract_epi32::<1>(sums));
     let yd = q8k_d(y);
     let d = xd[0] * yd;
     let dmin = xd[1] * yd;
@@ -115,12 +108,11 @@ fn q4_k_chunk_sums(
     })
 }
 
-/// Q4_K against `V` Q8_K vectors in the order of [`crate::kernels::scalar::dot_q4_k_q8_k`]
-/// (`PER_CHUNK = false`, ggml's repacked GEMV) or of
-/// [`crate::kernels::scalar::dot4_q4_k_q8_k`] (`true`, its 4-row GEMM).
+/// Q4_K against `V` Q8_K vectors in the order of [`crate::kernels::scalar::dot4_q4_k_q8_k`]
+/// (ggml's 4-row GEMM: one FMA per 64-element chunk).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4_k_acts<const V: usize, const PER_CHUNK: bool>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
+fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
     let m4 = _mm256_set1_epi8(0x0f);
     let nb = a.iter().fold(w.len() / 144, |m, v| m.min(v.len() / 292));
     let (mut acc, mut acc_min) = ([0f32; V], [0f32; V]);
@@ -142,14 +134,7 @@ fn q4_k_acts<const V: usize, const PER_CHUNK: bool>(w: &[u8], a: [&[u8]; V]) -> 
             let y = &a[v][i * 292..(i + 1) * 292];
             let yd = q8k_d(y);
             let (d, dmin) = (xd[0] * yd, xd[1] * yd);
-            if PER_CHUNK {
-                for (isum, msum) in q4_k_chunk_sums(y, s16, &mn, &codes) {
-                    acc[v] = (isum as f32).mul_add(d, acc[v]);
-                    acc_min[v] = (msum as f32).mul_add(dmin, acc_min[v]);
-                }
-            } else {
-                let isum = affine_isum(y, s16, &codes);
-                let msum = min_sum(&mn, &q8k_bsums(y));
+            for (isum, msum) in q4_k_chunk_sums(y, s16, &mn, &codes) {
                 acc[v] = (isum as f32).mul_add(d, acc[v]);
                 acc_min[v] = (msum as f32).mul_add(dmin, acc_min[v]);
             }
@@ -160,11 +145,55 @@ fn q4_k_acts<const V: usize, const PER_CHUNK: bool>(w: &[u8], a: [&[u8]; V]) -> 
 
 /// Q4_K weights · Q8_K activations, in ggml's repacked-GEMV order.
 ///
+/// The decode kernel, bit-identical to [`crate::kernels::scalar::dot_q4_k_q8_k`] with little
+/// scalar work per super-block. The exact code sum and min sum leave the vector unit together (one pair of
+/// horizontal adds), the min sum is one `madd` of the mins with the pair sums of `bsums`, the
+/// two f16 factors widen with one F16C instruction, and `acc`/`acc_min` are the two lanes of one
+/// FMA: each lane's operations and their order are the scalar kernel's.
+///
 /// # Safety
 /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    q4_k_acts::<1, false>(w, [a])[0]
+    let m4 = _mm256_set1_epi8(0x0f);
+    let nb = (w.len() / 144).min(a.len() / 292);
+    let mut acc = _mm_setzero_ps();
+    for (x, y) in w[..nb * 144].chunks_exact(144).zip(a.chunks_exact(292)) {
+        for off in (0..144).step_by(64) {
+            prefetch_ahead(x, off);
+        }
+        let (sc, mn) = unpack_scales(at(x, 4));
+        let s16 = scales_i16(&sc);
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = load256(at(x, 16 + 32 * c));
+            let lo = _mm256_and_si256(q, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, [lo, hi], c));
+        }
+        let sums = _mm_cvtepi32_ps(isum_msum(sumi, &mn, y));
+        // [d_x, dmin_x] · d_y, as the scalar kernel's two products.
+        let xd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*at::<4>(x, 0))));
+        let d = _mm_mul_ps(xd, _mm_set1_ps(q8k_d(y)));
+        acc = _mm_fmadd_ps(sums, d, acc);
+    }
+    _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_shuffle_ps::<0b01>(acc, acc))
+}
+
+/// `[Σ sumi, Σ_j mn_j (bsum_2j + bsum_2j+1), …]` of a Q4_K/Q5_K super-block against Q8_K block
+/// `y`: the code sum's lanes and the min sum in the low two i32 lanes (exact integers).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn isum_msum(sumi: __m256i, mn: &[u8; 8], y: &[u8]) -> __m128i {
+    let s = _mm_add_epi32(
+        _mm256_castsi256_si128(sumi),
+        _mm256_extracti128_si256::<1>(sumi),
+    );
+    let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(*mn) as i64));
+    let pairs = _mm_hadd_epi16(load128(at(y, 260)), load128(at(y, 276)));
+    let m = _mm_madd_epi16(mins, pairs);
+    let h = _mm_hadd_epi32(s, m);
+    _mm_hadd_epi32(h, h)
 }
 
 /// Q4_K weights · four Q8_K activation vectors, in ggml's 4-row GEMM order (one FMA per
@@ -174,7 +203,7 @@ pub unsafe fn dot_q4_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q4_k_q8_k(_n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-    q4_k_acts::<4, true>(w, a)
+    q4_k_acts::<4>(w, a)
 }
 
 #[inline]
