@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced, not run: what .ci/run, scripts/soak, scripts/serve-cgroup and scripts/cross share.
+# Sourced, not run: what .ci/run, scripts/test, scripts/soak, scripts/serve-cgroup, scripts/load,
+# scripts/kernel-v2 and scripts/cross share.
 #
 # A CI stage that cannot do its work fails (issue 39). The one way out is explicit and named:
 #
@@ -26,6 +27,20 @@
 # release without optimization or debug info): it checks the libraries' symbols and layout, not
 # their speed, which scripts/cross's aarch64 Linux steps test on optimized code.
 LIB_PROFILE=${STATELM_LIB_PROFILE:-release}
+
+# test_build: the workspace's test build, `cargo test --workspace --no-run` (a no-op after
+# `bash scripts/test`), whose binaries the scripts run: target/debug/statelm and the examples in
+# target/debug/examples. Building the CLI alone (`cargo build -p statelm-cli`) resolves
+# dependency features other than the whole workspace's tests do, so about 60 crates (tokio, axum,
+# llguidance, every statelm crate) were built a second time: ~5 minutes of a 2-core CI host.
+test_build() {
+  local log rc=0
+  log=$(mktemp /tmp/statelm-build.XXXXXX)
+  cargo test --quiet --workspace --no-run 2>"$log" || rc=$?
+  [ "$rc" -eq 0 ] || cat "$log" >&2
+  rm -f "$log"
+  return "$rc"
+}
 
 # opted_out NAME: does STATELM_CI_OPT_OUT name NAME?
 opted_out() {
