@@ -69,6 +69,32 @@ pub(super) fn affine_chunk(y: &[u8], s16: __m256i, [lo, hi]: [__m256i; 2], c: us
     _mm256_add_epi32(p0, p1)
 }
 
+/// `Σ_j sc_j Σ q y` of a Q4_K/Q5_K super-block as 8 i32 lanes, given each 64-element chunk's
+/// codes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn affine_sumi(y: &[u8], s16: __m256i, codes: &[[__m256i; 2]; 4]) -> __m256i {
+    let mut sumi = _mm256_setzero_si256();
+    for (c, &code) in codes.iter().enumerate() {
+        sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, code, c));
+    }
+    sumi
+}
+
+/// The codes of a Q4_K super-block, each 64-element chunk as (low nibbles, high nibbles).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_codes(x: &[u8]) -> [[__m256i; 2]; 4] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    std::array::from_fn(|c| {
+        let q = load256(at(x, 16 + 32 * c));
+        [
+            _mm256_and_si256(q, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+        ]
+    })
+}
+
 /// One Q4_K/Q5_K super-block's contribution: `d isum - dmin msum`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -79,11 +105,7 @@ fn affine_block(
     s16: __m256i,
     mn: &[u8; 8],
 ) -> f32 {
-    let mut sumi = _mm256_setzero_si256();
-    for (c, &code) in codes.iter().enumerate() {
-        sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, code, c));
-    }
-    let sums = isum_msum(sumi, mn, y);
+    let sums = isum_msum(affine_sumi(y, s16, codes), mn, y);
     let (isum, msum) = (_mm_cvtsi128_si32(sums), _mm_extract_epi32::<1>(sums));
     let yd = q8k_d(y);
     let d = xd[0] * yd;
@@ -113,7 +135,6 @@ fn q4_k_chunk_sums(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
-    let m4 = _mm256_set1_epi8(0x0f);
     let nb = a.iter().fold(w.len() / 144, |m, v| m.min(v.len() / 292));
     let (mut acc, mut acc_min) = ([0f32; V], [0f32; V]);
     for (i, x) in w[..nb * 144].chunks_exact(144).enumerate() {
@@ -122,13 +143,7 @@ fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
         }
         let (sc, mn) = unpack_scales(at(x, 4));
         let s16 = scales_i16(&sc);
-        let codes: [[__m256i; 2]; 4] = std::array::from_fn(|c| {
-            let q = load256(at(x, 16 + 32 * c));
-            [
-                _mm256_and_si256(q, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-            ]
-        });
+        let codes = q4_k_codes(x);
         let xd = [f16_to_f32(le16(x, 0)), f16_to_f32(le16(x, 2))];
         for v in 0..V {
             let y = &a[v][i * 292..(i + 1) * 292];
@@ -146,16 +161,15 @@ fn q4_k_acts<const V: usize>(w: &[u8], a: [&[u8]; V]) -> [f32; V] {
 /// Q4_K weights · Q8_K activations, in ggml's repacked-GEMV order.
 ///
 /// The decode kernel, bit-identical to [`crate::kernels::scalar::dot_q4_k_q8_k`] with little
-/// scalar work per super-block. The exact code sum and min sum leave the vector unit together (one pair of
-/// horizontal adds), the min sum is one `madd` of the mins with the pair sums of `bsums`, the
-/// two f16 factors widen with one F16C instruction, and `acc`/`acc_min` are the two lanes of one
-/// FMA: each lane's operations and their order are the scalar kernel's.
+/// scalar work per super-block. The exact code sum and min sum leave the vector unit together
+/// (one pair of horizontal adds), the min sum is one `madd` of the mins with the pair sums of
+/// `bsums`, the two f16 factors widen with one F16C instruction, and `acc`/`acc_min` are the
+/// two lanes of one FMA: each lane's operations and their order are the scalar kernel's.
 ///
 /// # Safety
 /// CPU must support avx2+fma+f16c; slices lengths as checked by caller.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
     let nb = (w.len() / 144).min(a.len() / 292);
     let mut acc = _mm_setzero_ps();
     for (x, y) in w[..nb * 144].chunks_exact(144).zip(a.chunks_exact(292)) {
@@ -164,13 +178,7 @@ pub unsafe fn dot_q4_k_q8_k(_n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
         let (sc, mn) = unpack_scales(at(x, 4));
         let s16 = scales_i16(&sc);
-        let mut sumi = _mm256_setzero_si256();
-        for c in 0..4 {
-            let q = load256(at(x, 16 + 32 * c));
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-            sumi = _mm256_add_epi32(sumi, affine_chunk(y, s16, [lo, hi], c));
-        }
+        let sumi = affine_sumi(y, s16, &q4_k_codes(x));
         let sums = _mm_cvtepi32_ps(isum_msum(sumi, &mn, y));
         // [d_x, dmin_x] · d_y, as the scalar kernel's two products.
         let xd = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*at::<4>(x, 0))));
