@@ -42,6 +42,14 @@ test_build() {
   return "$rc"
 }
 
+# pull_models: both real models and the tokenizer files, sha256-checked, into $STATELM_CACHE
+# (default ~/.cache/statelm) with the test build's statelm (`statelm pull --all`; what is there
+# already is kept).
+pull_models() {
+  test_build
+  "${CARGO_TARGET_DIR:-target}/debug/statelm" pull --all --quiet
+}
+
 # opted_out NAME: does STATELM_CI_OPT_OUT name NAME?
 opted_out() {
   local list=",${STATELM_CI_OPT_OUT:-},"
