@@ -1,6 +1,6 @@
 """Structured output through the stock openai client (run by tests/server/structured.rs).
 
-Every schema of schemas.json, greedy and at temperature 0.8, must give JSON that the
+Every schema of schemas.json, greedy or at temperature 0.8 (every other one), must give JSON that the
 independent `jsonschema` validator accepts; `chat.completions.parse()` must fill a pydantic
 model; a stream must reassemble into JSON; /v1/completions takes the regex and grammar fields.
 Prints one JSON object: what passed and what failed.
@@ -34,18 +34,20 @@ def ask(case, temperature, seed):
     return r.choices[0]
 
 
-for temperature, seed in ((0.0, None), (0.8, 7)):
-    for case in cases:
-        choice = ask(case, temperature, seed)
-        text = choice.message.content
-        try:
-            jsonschema.validate(json.loads(text), case["schema"])
-            out["ok"] += 1
-            out["answers"].append([case["name"], temperature, text])
-        except Exception as e:  # noqa: BLE001 - every failure is reported
-            out["failures"].append(
-                [case["name"], temperature, text, choice.finish_reason, str(e)[:300]]
-            )
+# Each schema once, greedy and at temperature 0.8 in turn (every schema both ways took ~40 s
+# more of CI for no other path).
+for i, case in enumerate(cases):
+    temperature, seed = ((0.0, None), (0.8, 7))[i % 2]
+    choice = ask(case, temperature, seed)
+    text = choice.message.content
+    try:
+        jsonschema.validate(json.loads(text), case["schema"])
+        out["ok"] += 1
+        out["answers"].append([case["name"], temperature, text])
+    except Exception as e:  # noqa: BLE001 - every failure is reported
+        out["failures"].append(
+            [case["name"], temperature, text, choice.finish_reason, str(e)[:300]]
+        )
 
 
 class City(pydantic.BaseModel):

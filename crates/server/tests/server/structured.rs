@@ -1,6 +1,6 @@
 //! Structured output on Qwen2.5-Coder through the stock `openai` client: 20 JSON schemas
 //! (nested objects, arrays with item bounds, enums, number ranges, string patterns,
-//! `$ref`/`$defs`, `anyOf`, optional fields), greedy and at temperature 0.8, each answer checked
+//! `$ref`/`$defs`, `anyOf`, optional fields), greedy or at temperature 0.8 in turn, each checked
 //! by the independent `jsonschema` validator (`tests/data/structured.py`);
 //! `chat.completions.parse()` with a pydantic model; a streamed JSON object; the `regex` and
 //! `grammar` fields on `/v1/completions`. Then every kind of bad constraint is a 400 before
@@ -17,7 +17,7 @@ async fn json_schemas_regexes_and_grammars_through_the_openai_client() {
         eprintln!("{a}");
     }
     assert_eq!(out["failures"], serde_json::json!([]), "{out:#}");
-    assert_eq!(out["ok"], 40, "{out:#}");
+    assert_eq!(out["ok"], 20, "{out:#}");
     let city = &out["parsed"];
     assert!(
         city["name"].is_string() && city["population"].is_i64(),
