@@ -6,7 +6,7 @@
 //! ```text
 //! greedy MODEL.gguf PROMPT N      # stdout: the N tokens' text; stderr: "kernels TABLE"
 //! ```
-use statelm_model::{LoadOptions, Model};
+use statelm_model::{argmax, LoadOptions, Model};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -32,15 +32,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("{}", tokenizer.decode(&ids[start..]));
     Ok(())
-}
-
-/// The first index of the largest value (ties go to the lowest id, as greedy sampling's).
-fn argmax(xs: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
