@@ -25,7 +25,9 @@ Needs the `gguf` and `numpy` packages (`scripts/test` installs them). The weight
 """
 
 import argparse
+import mmap
 import os
+import struct
 
 import gguf
 import numpy as np
@@ -35,29 +37,65 @@ DEFAULT_TOKENIZER = os.path.expanduser(
 )
 
 
-def field_str(f):
-    """A scalar string field's value."""
-    return bytes(f.parts[f.data[0]]).decode("utf-8")
+# GGUF metadata value types (the GGUF spec): struct formats of the fixed-size ones.
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+            11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
 
 
-def field_scalar(f):
-    """A scalar numeric or bool field's value."""
-    return f.parts[f.data[0]].tolist()[0]
+def read_metadata(path):
+    """The metadata of the GGUF file at `path`, key -> value (strings as bytes, arrays as lists).
+
+    Our own reader of the header alone: gguf-py's GGUFReader builds a numpy view for every
+    array item and takes ~12 s over the Qwen vocabulary's 151936 tokens and 151387 merges
+    (this one: well under a second)."""
+    with open(path, "rb") as fh:
+        head = fh.read(24)
+        if head[:4] != b"GGUF":
+            raise SystemExit(f"{path}: not a GGUF file")
+        _version, _n_tensors, n_kv = struct.unpack_from("<IQQ", head, 4)
+        buf = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+    pos = 24
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, buf, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        pos += n
+        return bytes(buf[pos - n:pos])
+
+    def value(ty):
+        if ty == _STRING:
+            return string()
+        if ty == _ARRAY:
+            item, count = take("<I"), take("<Q")
+            return [value(item) for _ in range(count)]
+        if ty not in _SCALARS:
+            raise SystemExit(f"{path}: unknown GGUF value type {ty}")
+        return take(_SCALARS[ty])
+
+    meta = {}
+    for _ in range(n_kv):
+        key = string().decode("utf-8")
+        meta[key] = value(take("<I"))
+    return meta
 
 
 def copy_tokenizer(w, path):
     """Copies the tokenizer.* fields of the GGUF file at `path` into writer `w`."""
-    r = gguf.GGUFReader(path)
-    f = r.fields
-    w.add_tokenizer_model(field_str(f["tokenizer.ggml.model"]))
+    f = read_metadata(path)
+    w.add_tokenizer_model(f["tokenizer.ggml.model"].decode("utf-8"))
     if "tokenizer.ggml.pre" in f:
-        w.add_tokenizer_pre(field_str(f["tokenizer.ggml.pre"]))
+        w.add_tokenizer_pre(f["tokenizer.ggml.pre"].decode("utf-8"))
     toks = f["tokenizer.ggml.tokens"]
-    w.add_token_list([bytes(toks.parts[i]) for i in toks.data])
-    types = f["tokenizer.ggml.token_type"]
-    w.add_token_types([int(types.parts[i][0]) for i in types.data])
-    merges = f["tokenizer.ggml.merges"]
-    w.add_token_merges([bytes(merges.parts[i]) for i in merges.data])
+    w.add_token_list(toks)
+    w.add_token_types([int(t) for t in f["tokenizer.ggml.token_type"]])
+    w.add_token_merges(f["tokenizer.ggml.merges"])
     ids = {
         "tokenizer.ggml.eos_token_id": w.add_eos_token_id,
         "tokenizer.ggml.bos_token_id": w.add_bos_token_id,
@@ -65,12 +103,12 @@ def copy_tokenizer(w, path):
     }
     for key, add in ids.items():
         if key in f:
-            add(int(field_scalar(f[key])))
+            add(int(f[key]))
     if "tokenizer.ggml.add_bos_token" in f:
-        w.add_add_bos_token(bool(field_scalar(f["tokenizer.ggml.add_bos_token"])))
+        w.add_add_bos_token(bool(f["tokenizer.ggml.add_bos_token"]))
     if "tokenizer.chat_template" in f:
-        w.add_chat_template(field_str(f["tokenizer.chat_template"]))
-    return len(toks.data)
+        w.add_chat_template(f["tokenizer.chat_template"].decode("utf-8"))
+    return len(toks)
 
 
 def main():
