@@ -50,7 +50,7 @@ async fn generate(
         input: Input::Chat(messages.to_vec().into()),
         sampling,
         stop: Vec::new(),
-        max_tokens: 96,
+        max_tokens: 64,
     };
     let run = collect(engine.generate(req).await.unwrap()).await;
     (run.tokens.clone(), run.done().clone())
